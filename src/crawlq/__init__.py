@@ -1,0 +1,57 @@
+"""crawlq: a crawl frontier for Python.
+
+It stores the requests still to fetch, drops the ones already seen, and hands
+out the next one in priority order at the right pace for each host.
+
+    >>> import crawlq
+    >>> frontier = crawlq.open_frontier("memory://", host_delay=1.0)
+    >>> frontier.add(crawlq.Request("https://example.com/"))
+    True
+    >>> request = frontier.pop()
+    >>> frontier.ack(request)
+"""
+
+from ._errors import (
+    ConfigError,
+    CrawlqError,
+    FrontierClosed,
+    InvalidRequest,
+    LeaseError,
+    QueueEmpty,
+    QueueFull,
+    SchedulerClosed,
+    SerializationError,
+    StoreError,
+)
+from ._fingerprint import Fingerprinter
+from ._frontier import Frontier, FrontierStats
+from ._open import open_frontier
+from ._policy import Policy
+from ._request import Request
+from .scheduler import Scheduler, SchedulerStats
+from .stores.base import HostCount
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ConfigError",
+    "CrawlqError",
+    "Fingerprinter",
+    "Frontier",
+    "FrontierClosed",
+    "FrontierStats",
+    "HostCount",
+    "InvalidRequest",
+    "LeaseError",
+    "Policy",
+    "QueueEmpty",
+    "QueueFull",
+    "Request",
+    "Scheduler",
+    "SchedulerClosed",
+    "SchedulerStats",
+    "SerializationError",
+    "StoreError",
+    "__version__",
+    "open_frontier",
+]

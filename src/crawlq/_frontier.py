@@ -1,0 +1,213 @@
+"""The synchronous frontier: validation, fingerprints and codec in front of a store."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Final
+
+from ._errors import FrontierClosed, InvalidRequest, LeaseError
+from ._fingerprint import Fingerprinter
+from ._policy import Policy
+from ._request import Request, check_encodable, encode_request
+from .stores.base import Entry, HostCount, Store
+
+__all__ = ["Frontier", "FrontierStats", "HostCount"]
+
+_SLOT_KEY: Final = "download_slot"
+
+
+@dataclass(frozen=True, slots=True)
+class FrontierStats:
+    """A snapshot of a frontier's counts, read from its store."""
+
+    #: Requests waiting to be handed out.
+    queued: int
+    #: Requests handed out and not yet acked or released.
+    leased: int
+    #: Distinct fingerprints recorded for deduplication.
+    seen: int
+    #: The store's URL, without any password.
+    store: str
+    #: Per-host counts, busiest first, when asked for with ``hosts=True``.
+    hosts: tuple[HostCount, ...] | None = None
+
+
+class Frontier:
+    """Stores requests, drops the ones already seen, hands out the next ready one.
+
+    Use `open_frontier` to make one. Every method is synchronous and returns
+    without waiting for a request to become ready; `Scheduler` is the asyncio
+    layer that waits. See ``crawlq.stores.base`` for the semantics every store
+    shares.
+    """
+
+    __slots__ = (
+        "_closed",
+        "_fingerprinter",
+        "_needs_payload",
+        "_store",
+        "_store_add",
+        "_store_pop",
+        "policy",
+        "url",
+    )
+
+    def __init__(self, store: Store, *, policy: Policy, fingerprinter: Fingerprinter, url: str) -> None:
+        self._store = store
+        self._fingerprinter = fingerprinter
+        self._needs_payload = store.needs_payload
+        self._store_add = store.add
+        self._store_pop = store.pop
+        self._closed = False
+        self.policy = policy
+        self.url = url
+
+    @property
+    def fingerprinter(self) -> Fingerprinter:
+        """The fingerprinter that decides which requests are duplicates."""
+        return self._fingerprinter
+
+    def _entry(self, request: Request) -> Entry:
+        if type(request) is not Request:
+            if not isinstance(request, Request):
+                raise InvalidRequest(
+                    f"expected a crawlq.Request, not {type(request).__name__}; "
+                    "wrap URLs with crawlq.Request(url)"
+                )
+        fingerprint, host = self._fingerprinter.fingerprint_and_host(request)
+        meta = request.meta
+        if meta:
+            slot = meta.get(_SLOT_KEY)
+            if slot is not None:
+                if type(slot) is not str or not slot:
+                    raise InvalidRequest(f"meta['download_slot'] must be a non-empty str, not {slot!r}")
+                host = slot
+        if self._needs_payload:
+            return (fingerprint, host, request, encode_request(request))
+        if meta:
+            check_encodable(request)
+        return (fingerprint, host, request, None)
+
+    def add(self, request: Request) -> bool:
+        """Queue ``request`` unless it was seen before; return False for a duplicate.
+
+        Raises `InvalidRequest` (or `SerializationError`) for a request that
+        cannot be stored, `FrontierClosed` after ``close()``, `StoreError` when
+        the store fails; in every case nothing was stored.
+        """
+        if self._closed:
+            raise FrontierClosed(f"frontier {self.url} is closed")
+        return self._store_add((self._entry(request),))[0]
+
+    def add_many(self, requests: Iterable[Request]) -> list[bool]:
+        """Queue a batch (the links of one page, say); False marks each duplicate.
+
+        The batch is validated whole before anything is stored, so one bad
+        request rejects the batch and stores none of it. A durable store writes
+        the batch in one transaction.
+        """
+        if self._closed:
+            raise FrontierClosed(f"frontier {self.url} is closed")
+        entries = [self._entry(request) for request in requests]
+        if not entries:
+            return []
+        return self._store.add(entries)
+
+    def pop(self) -> Request | None:
+        """Lease and return the next ready request; None if none is ready now.
+
+        The returned request must be finished with `ack` or put back with
+        `release`; if neither happens within ``lease_timeout`` it comes back
+        by itself.
+        """
+        if self._closed:
+            raise FrontierClosed(f"frontier {self.url} is closed")
+        return self._store_pop()
+
+    def _leases(self, requests: Iterable[Request]) -> list[object]:
+        if self._closed:
+            raise FrontierClosed(f"frontier {self.url} is closed")
+        leases = []
+        for request in requests:
+            lease = getattr(request, "_lease", None)
+            if lease is None or not isinstance(request, Request):
+                raise LeaseError(
+                    f"{request!r} was not handed out by a frontier (or was already acked); "
+                    "only requests returned by pop() or Scheduler.get() can be acked or released"
+                )
+            leases.append(lease)
+        return leases
+
+    def ack(self, request: Request) -> None:
+        """Mark a popped request done.
+
+        Acking after the lease expired does nothing (the request was put back
+        and will be handed out again). Raises `LeaseError` for a request that
+        was never handed out.
+        """
+        self._store.ack(self._leases((request,)))
+
+    def ack_many(self, requests: Iterable[Request]) -> None:
+        """Mark several popped requests done, in one store operation."""
+        self._store.ack(self._leases(requests))
+
+    def release(self, request: Request) -> None:
+        """Put a popped request back in its place without counting it done.
+
+        Raises `LeaseError` for a request that was never handed out.
+        """
+        self._store.release(self._leases((request,)))
+
+    def release_many(self, requests: Sequence[Request]) -> None:
+        """Put several popped requests back, in one store operation."""
+        self._store.release(self._leases(requests))
+
+    def next_ready_in(self) -> float | None:
+        """Seconds until `pop` may return a request (0.0: now; None: only after an add)."""
+        if self._closed:
+            raise FrontierClosed(f"frontier {self.url} is closed")
+        return self._store.next_ready_in()
+
+    def __len__(self) -> int:
+        """Queued plus leased requests."""
+        counts = self._store.counts()
+        return counts.queued + counts.leased
+
+    def stats(self, *, hosts: bool | int = False) -> FrontierStats:
+        """Return counts from the store; ``hosts=True`` (or a limit) adds per-host counts."""
+        if self._closed:
+            raise FrontierClosed(f"frontier {self.url} is closed")
+        counts = self._store.counts()
+        per_host = None
+        if hosts:
+            limit = 50 if hosts is True else int(hosts)
+            per_host = tuple(self._store.host_counts(limit))
+        return FrontierStats(counts.queued, counts.leased, counts.seen, self.url, per_host)
+
+    @property
+    def closed(self) -> bool:
+        """True after `close`."""
+        return self._closed
+
+    def close(self) -> None:
+        """Close the store. Durable state stays; closing twice does nothing."""
+        if not self._closed:
+            self._closed = True
+            self._store.close()
+
+    def __enter__(self) -> Frontier:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<Frontier {self.url} {state}>"

@@ -1,0 +1,332 @@
+"""The request a frontier stores, and its versioned msgpack codec.
+
+A `Request` is validated once, when it is built, so that every store can trust
+it. The codec writes a request as a msgpack array whose first element is the
+schema version; decoding checks every field's type, so a job directory or a
+shared Redis can hand crawlq data but never make it run code (no pickle).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+import msgspec
+
+from ._errors import InvalidRequest, SerializationError, StoreError
+
+__all__ = ["PRIORITY_MAX", "PRIORITY_MIN", "SCHEMA_VERSION", "Request"]
+
+#: Version of the encoded request layout; bumped on any incompatible change.
+SCHEMA_VERSION: Final = 1
+
+#: Priorities are 32-bit signed ints so that every store can order them exactly.
+PRIORITY_MIN: Final = -(2**31)
+PRIORITY_MAX: Final = 2**31 - 1
+
+_HTTP: Final = "http://"
+_HTTPS: Final = "https://"
+_AUTHORITY_END: Final = frozenset("/?#")
+
+
+def _check_url(url: object) -> None:
+    if type(url) is not str:
+        raise InvalidRequest(f"url must be a str, not {type(url).__name__}: {url!r}")
+    if url.startswith(_HTTPS):
+        start = 8
+    elif url.startswith(_HTTP):
+        start = 7
+    else:
+        lowered = url[:8].lower()
+        if lowered.startswith(_HTTPS):
+            start = 8
+        elif lowered.startswith(_HTTP):
+            start = 7
+        else:
+            raise InvalidRequest(
+                f"url {url!r} is not an absolute http(s) URL; give the full URL, "
+                "e.g. 'https://example.com/page' (resolve relative links against the page URL)"
+            )
+    if len(url) == start or url[start] in _AUTHORITY_END or url[start] == "@":
+        raise InvalidRequest(f"url {url!r} has no host; give the full URL with its host name")
+
+
+def _check_priority(priority: object) -> None:
+    if type(priority) is not int:
+        raise InvalidRequest(
+            f"priority must be an int, not {type(priority).__name__} ({priority!r}); "
+            "round it or convert it with int()"
+        )
+    if not PRIORITY_MIN <= priority <= PRIORITY_MAX:
+        raise InvalidRequest(
+            f"priority {priority} is outside the 32-bit range "
+            f"[{PRIORITY_MIN}, {PRIORITY_MAX}]; scale your priorities down"
+        )
+    return priority
+
+
+def _check_headers(headers: Mapping[str, str] | None) -> dict[str, str]:
+    if not headers:
+        return {}
+    if not isinstance(headers, Mapping):
+        raise InvalidRequest(f"headers must be a mapping of str to str, not {type(headers).__name__}")
+    checked = dict(headers)
+    for name, value in checked.items():
+        if type(name) is not str or type(value) is not str:
+            raise InvalidRequest(
+                f"header {name!r}: {value!r} is not str to str; decode bytes headers first"
+            )
+    return checked
+
+
+class Request:
+    """One request to fetch: the unit a frontier stores and hands out.
+
+    ``url`` is the exact wire URL and is never rewritten; deduplication uses a
+    canonical form of it computed separately (see `Fingerprinter`). A higher
+    ``priority`` comes out first. ``meta`` holds msgpack-able values (they come
+    back from durable stores as msgpack types: tuples become lists). ``callback``
+    and ``errback`` are names, for crawlers that dispatch by name. ``dont_filter``
+    bypasses deduplication. ``depth`` is carried for the crawler's own use.
+
+    Raises `InvalidRequest` for a URL that is not absolute http(s) with a host,
+    a priority that is not an int in the 32-bit range, or fields of the wrong
+    type. Encodability of ``meta`` is checked when the request is added.
+    """
+
+    __slots__ = (
+        "_lease",
+        "body",
+        "callback",
+        "depth",
+        "dont_filter",
+        "errback",
+        "headers",
+        "meta",
+        "method",
+        "priority",
+        "url",
+    )
+
+    url: str
+    method: str
+    headers: dict[str, str]
+    body: bytes
+    priority: int
+    meta: dict[str, Any]
+    callback: str | None
+    errback: str | None
+    dont_filter: bool
+    depth: int
+    # Store-specific handle of the lease this request was handed out under;
+    # None until a frontier's pop() returns it.
+    _lease: object
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        method: str = "GET",
+        headers: Mapping[str, str] | None = None,
+        body: bytes | str = b"",
+        priority: int = 0,
+        meta: dict[str, Any] | None = None,
+        callback: str | None = None,
+        errback: str | None = None,
+        dont_filter: bool = False,
+        depth: int = 0,
+    ) -> None:
+        _check_url(url)
+        self.url = url
+        if method != "GET":
+            if type(method) is not str or not method.isalpha():
+                raise InvalidRequest(f"method must be an HTTP method name such as 'POST', not {method!r}")
+            method = method.upper()
+        self.method = method
+        self.headers = _check_headers(headers) if headers else {}
+        if type(body) is not bytes:
+            if isinstance(body, str):
+                body = body.encode("utf-8")
+            elif isinstance(body, bytes | bytearray | memoryview):
+                body = bytes(body)
+            else:
+                raise InvalidRequest(f"body must be bytes or str, not {type(body).__name__}")
+        self.body = body
+        if type(priority) is not int or not PRIORITY_MIN <= priority <= PRIORITY_MAX:
+            _check_priority(priority)
+        self.priority = priority
+        if meta is None:
+            meta = {}
+        elif type(meta) is not dict:
+            if not isinstance(meta, Mapping):
+                raise InvalidRequest(f"meta must be a dict, not {type(meta).__name__}")
+            meta = dict(meta)
+        self.meta = meta
+        if callback is not None and type(callback) is not str:
+            raise InvalidRequest(f"callback must be a method name (str), not {callback!r}")
+        if errback is not None and type(errback) is not str:
+            raise InvalidRequest(f"errback must be a method name (str), not {errback!r}")
+        self.callback = callback
+        self.errback = errback
+        self.dont_filter = bool(dont_filter)
+        if type(depth) is not int or depth < 0:
+            raise InvalidRequest(f"depth must be a non-negative int, not {depth!r}")
+        self.depth = depth
+        self._lease = None
+
+    def replace(self, **changes: Any) -> Request:
+        """Return a new request with the given fields changed; it carries no lease."""
+        fields: dict[str, Any] = {
+            "method": self.method,
+            "headers": self.headers,
+            "body": self.body,
+            "priority": self.priority,
+            "meta": dict(self.meta),
+            "callback": self.callback,
+            "errback": self.errback,
+            "dont_filter": self.dont_filter,
+            "depth": self.depth,
+        }
+        fields.update(changes)
+        url = fields.pop("url", self.url)
+        return Request(url, **fields)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Request):
+            return NotImplemented
+        return _fields(self) == _fields(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        extra = f" priority={self.priority}" if self.priority else ""
+        return f"<Request {self.method} {self.url}{extra}>"
+
+
+def _fields(request: Request) -> tuple[Any, ...]:
+    return (
+        request.url,
+        request.method,
+        request.headers,
+        request.body,
+        request.priority,
+        request.meta,
+        request.callback,
+        request.errback,
+        request.dont_filter,
+        request.depth,
+    )
+
+
+class _WireRequest(msgspec.Struct, array_like=True, frozen=True):
+    """Schema version 1 of an encoded request, checked field by field on decode."""
+
+    version: int
+    url: str
+    method: str
+    headers: dict[str, str]
+    body: bytes
+    priority: int
+    meta: dict[str, Any]
+    callback: str | None
+    errback: str | None
+    dont_filter: bool
+    depth: int
+
+
+_encoder: Final = msgspec.msgpack.Encoder()
+_decoder: Final = msgspec.msgpack.Decoder(_WireRequest)
+_raw_decoder: Final = msgspec.msgpack.Decoder()
+
+
+def encode_request(request: Request) -> bytes:
+    """Encode a request as versioned msgpack.
+
+    Raises `SerializationError`, naming the offending ``meta`` key, when a value
+    cannot be encoded.
+    """
+    try:
+        return _encoder.encode(
+            (
+                SCHEMA_VERSION,
+                request.url,
+                request.method,
+                request.headers,
+                request.body,
+                request.priority,
+                request.meta,
+                request.callback,
+                request.errback,
+                request.dont_filter,
+                request.depth,
+            )
+        )
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise _serialization_error(request, exc) from None
+
+
+def check_encodable(request: Request) -> None:
+    """Raise `SerializationError` if the request's meta cannot be encoded."""
+    meta = request.meta
+    if meta:
+        try:
+            _encoder.encode(meta)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise _serialization_error(request, exc) from None
+
+
+def _serialization_error(request: Request, exc: Exception) -> SerializationError:
+    for key, value in request.meta.items():
+        if type(key) is not str:
+            return SerializationError(
+                f"meta key {key!r} of {request.url} is not a str; meta keys must be strings"
+            )
+        try:
+            _encoder.encode(value)
+        except (TypeError, ValueError, OverflowError) as inner:
+            return SerializationError(
+                f"meta[{key!r}] of {request.url} cannot be stored: {inner}; "
+                "keep meta to msgpack types (str, bytes, int, float, bool, None, list, dict)"
+            )
+    return SerializationError(f"request {request.url} cannot be stored: {exc}")
+
+
+def decode_request(data: bytes) -> Request:
+    """Decode a request written by `encode_request`.
+
+    Raises `StoreError` when the data is not a crawlq request of a schema this
+    version understands; the message says whether to upgrade crawlq.
+    """
+    try:
+        wire = _decoder.decode(data)
+    except msgspec.DecodeError as exc:
+        raise _decode_error(data, exc) from None
+    if wire.version != SCHEMA_VERSION:
+        raise _decode_error(data, None)
+    request = Request.__new__(Request)
+    request.url = wire.url
+    request.method = wire.method
+    request.headers = wire.headers
+    request.body = wire.body
+    request.priority = wire.priority
+    request.meta = wire.meta
+    request.callback = wire.callback
+    request.errback = wire.errback
+    request.dont_filter = wire.dont_filter
+    request.depth = wire.depth
+    request._lease = None
+    return request
+
+
+def _decode_error(data: bytes, exc: Exception | None) -> StoreError:
+    try:
+        raw = _raw_decoder.decode(data)
+        version = raw[0] if isinstance(raw, list) and raw else None
+    except msgspec.DecodeError:
+        version = None
+    if isinstance(version, int) and version > SCHEMA_VERSION:
+        return StoreError(
+            f"stored request uses schema version {version}, newer than this crawlq "
+            f"understands ({SCHEMA_VERSION}); upgrade crawlq to read it"
+        )
+    return StoreError(f"stored request is not a valid crawlq request ({exc}); the store is corrupt")

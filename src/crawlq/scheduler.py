@@ -1,0 +1,366 @@
+"""The asyncio facade over a `Frontier`: waiting, direct delivery, backpressure.
+
+The frontier never waits; this layer does. Three kinds of coroutine may wait
+here, each on a future of its own kept in a FIFO deque:
+
+- getters wait for a request. Whenever the frontier may have changed (an add,
+  an ack, a release, or the time at which a paced host becomes ready), the
+  scheduler pops requests and hands them straight to the oldest getters
+  (direct delivery). A getter cancelled after its hand-off puts the request
+  back with ``release``, so cancellation can never lose a request;
+- adders wait for room when ``maxsize`` requests are queued;
+- joiners wait for the frontier to hold nothing queued or leased.
+
+No coroutine polls: a single timer is armed for the moment the frontier says
+its next request becomes ready.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from ._errors import ConfigError, InvalidRequest, QueueEmpty, QueueFull, SchedulerClosed
+from ._frontier import Frontier
+from ._request import Request
+from .stores.base import HostCount
+
+__all__ = ["Scheduler", "SchedulerStats"]
+
+# A timer never fires sooner than this after being armed, so that a store whose
+# ready time is approximate cannot make the scheduler spin.
+_MIN_WAIT = 0.001
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerStats:
+    """A snapshot of a scheduler and its frontier."""
+
+    #: Requests waiting in the frontier.
+    queued: int
+    #: Requests handed out and not yet marked done (leased in the frontier).
+    in_flight: int
+    #: Distinct fingerprints the frontier has recorded.
+    seen: int
+    #: Coroutines waiting in `Scheduler.get`.
+    waiting_consumers: int
+    #: True once `Scheduler.close` was called.
+    closed: bool
+    #: Per-host counts, busiest first, when asked for with ``hosts=True``.
+    hosts: tuple[HostCount, ...] | None = None
+
+
+class Scheduler:
+    """Hands requests from a frontier to asyncio workers, waiting when none is ready.
+
+    ``maxsize`` bounds the number of queued requests (0: no bound): ``add``
+    waits for room and ``add_nowait`` raises `QueueFull`; nothing is dropped.
+    The scheduler does not own the frontier: closing it leaves the frontier
+    open, so durable state can be closed (and resumed) by its owner.
+
+    Raises `ConfigError` for a bad ``maxsize`` or something that is not a
+    `Frontier`.
+    """
+
+    def __init__(self, frontier: Frontier, *, maxsize: int = 0) -> None:
+        if not isinstance(frontier, Frontier):
+            raise ConfigError(
+                f"Scheduler needs a crawlq Frontier (from crawlq.open_frontier()), not {frontier!r}"
+            )
+        if isinstance(maxsize, bool) or not isinstance(maxsize, int) or maxsize < 0:
+            raise ConfigError(f"maxsize must be an int >= 0 (0: unbounded), not {maxsize!r}")
+        self._frontier = frontier
+        self._maxsize = maxsize
+        self._getters: deque[asyncio.Future[Request | None]] = deque()
+        self._adders: deque[asyncio.Future[None]] = deque()
+        self._joiners: deque[asyncio.Future[None]] = deque()
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
+        self._closed = False
+
+    @property
+    def frontier(self) -> Frontier:
+        """The frontier this scheduler hands out from."""
+        return self._frontier
+
+    @property
+    def maxsize(self) -> int:
+        """Most queued requests before ``add`` waits (0: unbounded)."""
+        return self._maxsize
+
+    # -- adding ---------------------------------------------------------------
+
+    @staticmethod
+    def _request(request: Request | str, fields: dict[str, Any]) -> Request:
+        if isinstance(request, str):
+            return Request(request, **fields)
+        if fields:
+            raise InvalidRequest("keyword fields go with a URL, not with a Request; use request.replace()")
+        return request
+
+    def _full(self) -> bool:
+        return self._maxsize > 0 and self._frontier.stats().queued >= self._maxsize
+
+    def add_nowait(self, request: Request | str, **fields: Any) -> bool:
+        """Add a request (or a URL with `Request` keyword fields) without waiting.
+
+        Returns False for a duplicate. Raises `QueueFull` if ``maxsize``
+        requests are queued, `SchedulerClosed` after ``close()``, and what
+        `Frontier.add` raises.
+        """
+        self._check_open()
+        request = self._request(request, fields)
+        if self._full():
+            raise QueueFull(
+                f"{self._maxsize} requests are queued (maxsize); await add() to wait for room"
+            )
+        added = self._frontier.add(request)
+        if added:
+            self._changed()
+        return added
+
+    async def add(self, request: Request | str, **fields: Any) -> bool:
+        """Add a request, waiting for room while ``maxsize`` requests are queued.
+
+        Returns False for a duplicate. Raises `SchedulerClosed` if the
+        scheduler is or gets closed, and what `Frontier.add` raises.
+        """
+        request = self._request(request, fields)
+        await self._wait_for_room()
+        added = self._frontier.add(request)
+        if added:
+            self._changed()
+        return added
+
+    async def add_many(self, requests: Iterable[Request]) -> list[bool]:
+        """Add a batch in one frontier operation; False marks each duplicate.
+
+        With ``maxsize``, waits until the queue is below it, then adds the
+        whole batch (which may take it past ``maxsize`` by the batch size).
+        """
+        batch = list(requests)
+        await self._wait_for_room()
+        added = self._frontier.add_many(batch)
+        if any(added):
+            self._changed()
+        return added
+
+    async def _wait_for_room(self) -> None:
+        self._check_open()
+        while self._full():
+            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._adders.append(future)
+            try:
+                await future
+            except BaseException:
+                if not future.done():
+                    future.cancel()
+                elif not future.cancelled() and future.exception() is None:
+                    # We were woken for room we will not use: pass it on.
+                    self._wake_adders()
+                raise
+            self._check_open()
+
+    # -- getting --------------------------------------------------------------
+
+    def get_nowait(self) -> Request:
+        """Return the next ready request, leased. Raises `QueueEmpty` if none is ready."""
+        self._check_open()
+        request = self._frontier.pop()
+        if request is None:
+            raise QueueEmpty("no request is ready now")
+        self._wake_adders()
+        return request
+
+    async def get(self) -> Request:
+        """Wait for the next ready request and return it, leased.
+
+        Mark it done with `task_done` (or put it back with `release`). Waits
+        for a paced host's delay without polling. Raises `SchedulerClosed` if
+        the scheduler is or gets closed. If the waiting coroutine is cancelled
+        after a request was handed to it, the request is released back.
+        """
+        loop = asyncio.get_running_loop()
+        while True:
+            self._check_open()
+            if not self._getters:
+                request = self._frontier.pop()
+                if request is not None:
+                    self._wake_adders()
+                    return request
+            future: asyncio.Future[Request | None] = loop.create_future()
+            self._getters.append(future)
+            self._arm_timer()
+            try:
+                delivered = await future
+            except BaseException:
+                self._abandon(future)
+                raise
+            if delivered is not None:
+                return delivered
+            # Woken without a request (the timer): try the frontier again.
+
+    def _abandon(self, future: asyncio.Future[Request | None]) -> None:
+        """Undo a getter's wait after it was cancelled or failed."""
+        if not future.done():
+            future.cancel()
+            try:
+                self._getters.remove(future)
+            except ValueError:
+                pass
+        elif not future.cancelled() and future.exception() is None:
+            request = future.result()
+            if request is not None and not self._frontier.closed:
+                # Handed over, then cancelled before it could return: put back.
+                self._frontier.release(request)
+                self._changed()
+
+    def _changed(self) -> None:
+        """The frontier may have a request ready: hand it to waiting getters."""
+        getters = self._getters
+        while getters:
+            future = getters[0]
+            if future.done():
+                getters.popleft()
+                continue
+            request = self._frontier.pop()
+            if request is None:
+                break
+            getters.popleft()
+            future.set_result(request)
+            self._wake_adders()
+        self._arm_timer()
+        self._check_idle()
+
+    def _arm_timer(self) -> None:
+        if not self._getters or self._closed:
+            return
+        delay = self._frontier.next_ready_in()
+        if delay is None:
+            return
+        loop = asyncio.get_running_loop()
+        when = loop.time() + max(delay, _MIN_WAIT)
+        if self._timer is not None:
+            if self._timer_at <= when:
+                return
+            self._timer.cancel()
+        self._timer = loop.call_at(when, self._on_timer)
+        self._timer_at = when
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        if not self._closed:
+            self._changed()
+
+    def _wake_adders(self) -> None:
+        adders = self._adders
+        while adders:
+            future = adders.popleft()
+            if not future.done():
+                future.set_result(None)
+                return
+
+    # -- finishing ------------------------------------------------------------
+
+    def task_done(self, request: Request) -> None:
+        """Mark a request returned by `get` as done (acks its lease).
+
+        Raises `LeaseError` for a request this scheduler's frontier never
+        handed out. Works after ``close()``, so in-flight work can finish.
+        """
+        self._frontier.ack(request)
+        self._changed()
+
+    def release(self, request: Request) -> None:
+        """Put a request returned by `get` back in its place, not done."""
+        self._frontier.release(request)
+        self._changed()
+
+    async def join(self) -> None:
+        """Wait until nothing is queued or in flight.
+
+        After ``close()``, waits only until in-flight requests are done (the
+        queued rest stays in the frontier). A ``join`` already waiting when
+        ``close()`` is called raises `SchedulerClosed`.
+        """
+        while self._busy():
+            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._joiners.append(future)
+            try:
+                await future
+            finally:
+                if not future.done():
+                    future.cancel()
+
+    def _busy(self) -> bool:
+        stats = self._frontier.stats()
+        return stats.leased > 0 if self._closed else stats.queued + stats.leased > 0
+
+    def _check_idle(self) -> None:
+        if self._joiners and not self._busy():
+            while self._joiners:
+                future = self._joiners.popleft()
+                if not future.done():
+                    future.set_result(None)
+
+    # -- closing and reading --------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SchedulerClosed("the scheduler is closed")
+
+    async def close(self) -> None:
+        """Close the scheduler; every coroutine waiting in it gets `SchedulerClosed`.
+
+        New ``add`` and ``get`` calls raise `SchedulerClosed`; `task_done` and
+        `join` still work so in-flight requests can finish. The frontier stays
+        open. Closing twice does nothing.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for waiters in (self._getters, self._adders, self._joiners):
+            while waiters:
+                future = waiters.popleft()
+                if not future.done():
+                    future.set_exception(SchedulerClosed("the scheduler was closed"))
+
+    @property
+    def closed(self) -> bool:
+        """True once `close` was called."""
+        return self._closed
+
+    def qsize(self) -> int:
+        """Queued requests (not counting those in flight)."""
+        return self._frontier.stats().queued
+
+    def stats(self, *, hosts: bool | int = False) -> SchedulerStats:
+        """Return a snapshot; ``hosts=True`` (or a limit) adds per-host counts."""
+        frontier = self._frontier.stats(hosts=hosts)
+        waiting = sum(1 for future in self._getters if not future.done())
+        return SchedulerStats(
+            queued=frontier.queued,
+            in_flight=frontier.leased,
+            seen=frontier.seen,
+            waiting_consumers=waiting,
+            closed=self._closed,
+            hosts=frontier.hosts,
+        )
+
+    async def __aenter__(self) -> Scheduler:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()

@@ -1,0 +1,1 @@
+"""Backends behind a frontier: one module per store, one protocol in `base`."""

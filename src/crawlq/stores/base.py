@@ -1,0 +1,118 @@
+"""The protocol every store implements, and the semantics they all share.
+
+A store keeps the frontier's state: queued requests, leases, seen
+fingerprints and per-host pacing. `Frontier` validates, fingerprints and
+encodes requests, then hands them to its store in batches; everything a store
+must guarantee is written here once, and the conformance suite in
+``tests/conformance/`` checks it against every store.
+
+Lifecycle
+    ``queued -> leased(deadline) -> done``. `Store.pop` leases the request it
+    returns and sets ``request._lease`` to a store-specific handle; `Store.ack`
+    finishes it; `Store.release` puts it back in its place; a lease whose
+    deadline (``lease_timeout`` after the pop) has passed comes back by itself.
+    Acking or releasing a lease that expired, or was already acked, does
+    nothing: delivery is at-least-once.
+
+Order
+    Among ready requests the highest priority comes first. Within a priority,
+    the host with the fewest leased requests wins; then first accepted, first
+    out (last accepted, first out with ``lifo``). A released or expired request
+    keeps its original place. A host is not ready while ``host_delay`` has not
+    elapsed since its last pop, or while it has ``host_concurrency`` leases.
+
+Deduplication
+    `Store.add` checks and records the fingerprint and enqueues in one atomic
+    step; ``dont_filter`` requests skip the check and are not recorded (as in
+    Scrapy). A duplicate is never enqueued; a new fingerprint is never reported
+    as a duplicate.
+
+Counts
+    ``queued``, ``leased`` and ``seen`` come from the store itself, so every
+    process sharing a store sees the same numbers.
+
+Durability
+    For durable stores: once `Store.add`, `Store.ack` or `Store.release`
+    returns, killing the process cannot undo it, and writes become durable in
+    the order they were made.
+
+Errors
+    Stores raise only `crawlq.StoreError` (and its children) for their own
+    failures, never the backend's exception types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple, Protocol
+
+from .._request import Request
+
+__all__ = ["Entry", "HostCount", "Store", "StoreCounts"]
+
+
+#: A validated request ready to store: ``(fingerprint, host, request,
+#: payload)``. ``payload`` is the encoded request for stores that keep bytes
+#: (``needs_payload``), None otherwise. A plain tuple: it is built per add.
+Entry = tuple[bytes, str, Request, bytes | None]
+
+
+class StoreCounts(NamedTuple):
+    """Counts kept by a store."""
+
+    queued: int
+    leased: int
+    seen: int
+
+
+@dataclass(frozen=True, slots=True)
+class HostCount:
+    """How many requests of one host (download slot) are queued and leased."""
+
+    host: str
+    queued: int
+    leased: int
+
+
+class Store(Protocol):
+    """What a frontier needs from a backend; see the module docstring for semantics."""
+
+    #: True if the store keeps encoded requests (`Entry.payload` must be set).
+    needs_payload: bool
+
+    def add(self, entries: Sequence[Entry]) -> list[bool]:
+        """Dedup and enqueue a batch atomically; False marks a duplicate."""
+        ...
+
+    def pop(self) -> Request | None:
+        """Lease and return the next ready request, or None if none is ready now."""
+        ...
+
+    def ack(self, leases: Sequence[object]) -> None:
+        """Finish the leased requests behind these handles."""
+        ...
+
+    def release(self, leases: Sequence[object]) -> None:
+        """Put the leased requests behind these handles back in their places."""
+        ...
+
+    def counts(self) -> StoreCounts:
+        """Return queued, leased and seen counts."""
+        ...
+
+    def host_counts(self, limit: int) -> list[HostCount]:
+        """Return up to ``limit`` hosts with the most queued requests."""
+        ...
+
+    def next_ready_in(self) -> float | None:
+        """Seconds until `pop` may return something; 0.0 if it may now.
+
+        None means nothing is queued or leased, so only an ``add`` can make a
+        request ready.
+        """
+        ...
+
+    def close(self) -> None:
+        """Release the store's resources; the stored state stays (if durable)."""
+        ...
