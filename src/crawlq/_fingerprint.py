@@ -45,7 +45,9 @@ __all__ = ["Fingerprinter"]
 _PLAIN: Final = re.compile(r"[A-Za-z0-9\-._~!$&'()*+,;=:@/?\[\]]*")
 # What the slow path rewrites: a %XX escape, or one character that is not plain.
 _REWRITE: Final = re.compile(r"%[0-9A-Fa-f]{2}|[^A-Za-z0-9\-._~!$&'()*+,;=:@/?\[\]]")
-_UNRESERVED: Final = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+_UNRESERVED: Final = frozenset(
+    b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~"
+)
 _DEFAULT_PORTS: Final = {"http": "80", "https": "443"}
 _GLOB_CHARS: Final = frozenset("*?[")
 
@@ -54,7 +56,8 @@ def _escape_table() -> dict[str, str]:
     table: dict[str, str] = {}
     for byte in range(256):
         canonical = chr(byte) if byte in _UNRESERVED else f"%{byte:02X}"
-        high, low = f"{byte:02x}"
+        digits = f"{byte:02x}"
+        high, low = digits[0], digits[1]
         for h in {high, high.upper()}:
             for lo in {low, low.upper()}:
                 table["%" + h + lo] = canonical
@@ -112,7 +115,9 @@ class _ParamFilter:
         globs: list[str] = []
         for pattern in patterns:
             if not isinstance(pattern, str) or not pattern:
-                raise ConfigError(f"query parameter patterns must be non-empty str, not {pattern!r}")
+                raise ConfigError(
+                    f"query parameter patterns must be non-empty str, not {pattern!r}"
+                )
             if _GLOB_CHARS.isdisjoint(pattern):
                 names.add(pattern)
             else:
@@ -337,7 +342,12 @@ class Fingerprinter:
             url = request.url
         else:
             url = self._canonicalize_scrapy(request.url, keep_fragments=self.keep_fragments)
-        data = {"method": request.method, "url": url, "body": request.body.hex(), "headers": headers}
+        data = {
+            "method": request.method,
+            "url": url,
+            "body": request.body.hex(),
+            "headers": headers,
+        }
         return hashlib.sha1(json.dumps(data, sort_keys=True).encode()).digest()
 
 

@@ -54,7 +54,9 @@ class Frontier:
         "url",
     )
 
-    def __init__(self, store: Store, *, policy: Policy, fingerprinter: Fingerprinter, url: str) -> None:
+    def __init__(
+        self, store: Store, *, policy: Policy, fingerprinter: Fingerprinter, url: str
+    ) -> None:
         self._store = store
         self._fingerprinter = fingerprinter
         self._needs_payload = store.needs_payload
@@ -70,19 +72,20 @@ class Frontier:
         return self._fingerprinter
 
     def _entry(self, request: Request) -> Entry:
-        if type(request) is not Request:
-            if not isinstance(request, Request):
-                raise InvalidRequest(
-                    f"expected a crawlq.Request, not {type(request).__name__}; "
-                    "wrap URLs with crawlq.Request(url)"
-                )
+        if type(request) is not Request and not isinstance(request, Request):
+            raise InvalidRequest(
+                f"expected a crawlq.Request, not {type(request).__name__}; "
+                "wrap URLs with crawlq.Request(url)"
+            )
         fingerprint, host = self._fingerprinter.fingerprint_and_host(request)
         meta = request.meta
         if meta:
             slot = meta.get(_SLOT_KEY)
             if slot is not None:
                 if type(slot) is not str or not slot:
-                    raise InvalidRequest(f"meta['download_slot'] must be a non-empty str, not {slot!r}")
+                    raise InvalidRequest(
+                        f"meta['download_slot'] must be a non-empty str, not {slot!r}"
+                    )
                 host = slot
         if self._needs_payload:
             return (fingerprint, host, request, encode_request(request))

@@ -62,14 +62,15 @@ def _check_priority(priority: object) -> None:
             f"priority {priority} is outside the 32-bit range "
             f"[{PRIORITY_MIN}, {PRIORITY_MAX}]; scale your priorities down"
         )
-    return priority
 
 
 def _check_headers(headers: Mapping[str, str] | None) -> dict[str, str]:
     if not headers:
         return {}
     if not isinstance(headers, Mapping):
-        raise InvalidRequest(f"headers must be a mapping of str to str, not {type(headers).__name__}")
+        raise InvalidRequest(
+            f"headers must be a mapping of str to str, not {type(headers).__name__}"
+        )
     checked = dict(headers)
     for name, value in checked.items():
         if type(name) is not str or type(value) is not str:
@@ -140,7 +141,9 @@ class Request:
         self.url = url
         if method != "GET":
             if type(method) is not str or not method.isalpha():
-                raise InvalidRequest(f"method must be an HTTP method name such as 'POST', not {method!r}")
+                raise InvalidRequest(
+                    f"method must be an HTTP method name such as 'POST', not {method!r}"
+                )
             method = method.upper()
         self.method = method
         self.headers = _check_headers(headers) if headers else {}
@@ -245,6 +248,8 @@ def encode_request(request: Request) -> bytes:
     Raises `SerializationError`, naming the offending ``meta`` key, when a value
     cannot be encoded.
     """
+    if request.meta:
+        _check_meta_keys(request)
     try:
         return _encoder.encode(
             (
@@ -269,18 +274,23 @@ def check_encodable(request: Request) -> None:
     """Raise `SerializationError` if the request's meta cannot be encoded."""
     meta = request.meta
     if meta:
+        _check_meta_keys(request)
         try:
             _encoder.encode(meta)
         except (TypeError, ValueError, OverflowError) as exc:
             raise _serialization_error(request, exc) from None
 
 
-def _serialization_error(request: Request, exc: Exception) -> SerializationError:
-    for key, value in request.meta.items():
+def _check_meta_keys(request: Request) -> None:
+    for key in request.meta:
         if type(key) is not str:
-            return SerializationError(
+            raise SerializationError(
                 f"meta key {key!r} of {request.url} is not a str; meta keys must be strings"
             )
+
+
+def _serialization_error(request: Request, exc: Exception) -> SerializationError:
+    for key, value in request.meta.items():
         try:
             _encoder.encode(value)
         except (TypeError, ValueError, OverflowError) as inner:

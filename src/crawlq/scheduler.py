@@ -18,6 +18,7 @@ its next request becomes ready.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -99,7 +100,9 @@ class Scheduler:
         if isinstance(request, str):
             return Request(request, **fields)
         if fields:
-            raise InvalidRequest("keyword fields go with a URL, not with a Request; use request.replace()")
+            raise InvalidRequest(
+                "keyword fields go with a URL, not with a Request; use request.replace()"
+            )
         return request
 
     def _full(self) -> bool:
@@ -208,10 +211,8 @@ class Scheduler:
         """Undo a getter's wait after it was cancelled or failed."""
         if not future.done():
             future.cancel()
-            try:
+            with contextlib.suppress(ValueError):
                 self._getters.remove(future)
-            except ValueError:
-                pass
         elif not future.cancelled() and future.exception() is None:
             request = future.result()
             if request is not None and not self._frontier.closed:

@@ -75,10 +75,11 @@ class MemoryStore:
         self._ready: list[tuple[int, int, int, _Host]] = []
         # Paced hosts as (ready_at, name, host); live while ready_at matches.
         self._delayed: list[tuple[float, str, _Host]] = []
-        # order -> deadline of each lease; the deque holds deadline, item,
-        # deadline, item... in pop order (floats and no tuples: fewer objects
-        # for the garbage collector to track on the hot path).
-        self._leases: dict[int, float] = {}
+        # order -> the item leased under it. Every (re)queueing makes a new
+        # item, so an item names one lease and a stale handle never matches.
+        # The deque holds deadline, item, deadline, item... in pop order
+        # (no pair tuples: fewer objects for the garbage collector to track).
+        self._leases: dict[int, _Item] = {}
         self._deadlines: deque[Any] = deque()
         self._seen = FingerprintSet()
         self._accepted = 0
@@ -139,7 +140,7 @@ class MemoryStore:
             host.leased += 1
             self._queued -= 1
             deadline = now + self._lease_timeout
-            self._leases[item[1]] = deadline
+            self._leases[item[1]] = item
             deadlines.append(deadline)
             deadlines.append(item)
             if self._delay:
@@ -193,10 +194,10 @@ class MemoryStore:
         deadlines = self._deadlines
         leases = self._leases
         while deadlines and deadlines[0] <= now:
-            deadline = deadlines.popleft()
+            deadlines.popleft()
             item = deadlines.popleft()
-            if leases.get(item[1]) == deadline:
-                self._end_lease(item, requeue=True, now=now)
+            if leases.get(item[1]) is item:
+                self._end_lease(item, requeue=True, now=now, expired=True)
 
     # -- finishing ------------------------------------------------------------
 
@@ -212,20 +213,24 @@ class MemoryStore:
             self._end_lease(lease, requeue=True, now=now)
         self._trim_deadlines()
 
-    def _end_lease(self, lease: Any, *, requeue: bool, now: float) -> None:
+    def _end_lease(self, lease: Any, *, requeue: bool, now: float, expired: bool = False) -> None:
         if type(lease) is not tuple or len(lease) != 4:
             return
-        host = lease[3]
-        if self._hosts.get(host.name) is not host or self._leases.pop(lease[1], None) is None:
+        item = self._leases.get(lease[1])
+        if item is None or item is not lease:
             return  # already acked, released or expired (at-least-once), or not ours
+        del self._leases[item[1]]
+        host = item[3]
         host.leased -= 1
-        request = lease[2]
         if requeue:
-            heappush(host.queue, lease)
-            self._queued += 1
+            request = item[2]
+            if expired:
+                # Its holder may still ack or release the old object: give
+                # the queue a copy so that late call cannot touch the new lease.
+                request = request.replace()
             request._lease = _QUEUED
-        else:
-            request._lease = None
+            heappush(host.queue, (item[0], item[1], request, host))
+            self._queued += 1
         if host.state != _DELAYED:
             # Its key (fewest leases) or its eligibility (concurrency) changed.
             self._place(host, now)
@@ -235,14 +240,14 @@ class MemoryStore:
         # one slow lease holds the front, compact so memory stays bounded.
         deadlines = self._deadlines
         leases = self._leases
-        while deadlines and leases.get(deadlines[1][1]) != deadlines[0]:
+        while deadlines and leases.get(deadlines[1][1]) is not deadlines[1]:
             deadlines.popleft()
             deadlines.popleft()
         if len(deadlines) > 4 * len(leases) + 2048:
             pairs = iter(deadlines)
             kept: deque[Any] = deque()
             for deadline, item in zip(pairs, pairs, strict=True):
-                if leases.get(item[1]) == deadline:
+                if leases.get(item[1]) is item:
                     kept.append(deadline)
                     kept.append(item)
             self._deadlines = kept
@@ -270,7 +275,9 @@ class MemoryStore:
         now = self._clock()
         soonest: float | None = None
         delayed = self._delayed
-        while delayed and (delayed[0][2].state != _DELAYED or delayed[0][2].ready_at != delayed[0][0]):
+        while delayed and (
+            delayed[0][2].state != _DELAYED or delayed[0][2].ready_at != delayed[0][0]
+        ):
             heappop(delayed)
         if delayed:
             soonest = delayed[0][0]
@@ -292,10 +299,7 @@ def _live(entry: tuple[int, int, int, _Host]) -> bool:
     host = entry[3]
     queue = host.queue
     return (
-        host.state == _READY
-        and host.leased == entry[1]
-        and bool(queue)
-        and queue[0][1] == entry[2]
+        host.state == _READY and host.leased == entry[1] and bool(queue) and queue[0][1] == entry[2]
     )
 
 

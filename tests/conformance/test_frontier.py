@@ -1,0 +1,388 @@
+"""The behaviour every store must show, run against each store in ``STORES``.
+
+Times are real (no fake clock) so that stores keeping their own time, such as
+Redis, run the same tests; delays are short but wide enough for a busy CI.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import crawlq
+from crawlq import Request
+
+from ..conftest import OpenFrontier
+
+
+def drain(frontier: crawlq.Frontier, *, ack: bool = True) -> list[Request]:
+    out = []
+    while (request := frontier.pop()) is not None:
+        out.append(request)
+        if ack:
+            frontier.ack(request)
+    return out
+
+
+def urls(requests: list[Request]) -> list[str]:
+    return [r.url for r in requests]
+
+
+# -- deduplication ---------------------------------------------------------------
+
+
+def test_duplicate_is_refused_and_not_queued(open_store: OpenFrontier) -> None:
+    frontier = open_store()
+    assert frontier.add(Request("https://a.example/x")) is True
+    assert frontier.add(Request("https://a.example/x")) is False
+    assert len(frontier) == 1
+    assert frontier.stats().seen == 1
+
+
+def test_canonically_equal_urls_are_duplicates(open_store: OpenFrontier) -> None:
+    frontier = open_store()
+    assert frontier.add(Request("https://A.example:443/p?b=2&a=1#top"))
+    assert not frontier.add(Request("https://a.example/p?a=1&b=2"))
+
+
+def test_url_is_never_rewritten(open_store: OpenFrontier) -> None:
+    frontier = open_store()
+    wire = "HTTPS://A.example:443/P%7e?b=2&a=1#frag"
+    frontier.add(Request(wire))
+    assert frontier.pop().url == wire  # type: ignore[union-attr]
+
+
+def test_dont_filter_bypasses_dedup_and_keeps_copies_apart(open_store: OpenFrontier) -> None:
+    frontier = open_store()
+    assert frontier.add(Request("https://a.example/x"))
+    again = Request("https://a.example/x", dont_filter=True)
+    assert frontier.add(again)
+    assert frontier.add(again)  # the same object twice: two requests
+    assert len(frontier) == 3
+    popped = drain(frontier)
+    assert urls(popped) == ["https://a.example/x"] * 3
+
+
+def test_dont_filter_is_not_recorded_as_seen(open_store: OpenFrontier) -> None:
+    frontier = open_store()
+    assert frontier.add(Request("https://a.example/x", dont_filter=True))
+    assert frontier.add(Request("https://a.example/x"))
+
+
+def test_method_and_body_are_part_of_the_fingerprint(open_store: OpenFrontier) -> None:
+    frontier = open_store()
+    assert frontier.add(Request("https://a.example/f"))
+    assert frontier.add(Request("https://a.example/f", method="POST"))
+    assert frontier.add(Request("https://a.example/f", method="POST", body=b"q=1"))
+    assert not frontier.add(Request("https://a.example/f", method="post", body="q=1"))
+
+
+def test_seen_survives_ack(open_store: OpenFrontier) -> None:
+    frontier = open_store()
+    frontier.add(Request("https://a.example/x"))
+    drain(frontier)
+    assert len(frontier) == 0
+    assert frontier.add(Request("https://a.example/x")) is False
+
+
+def test_add_many_reports_each_duplicate(open_store: OpenFrontier) -> None:
+    frontier = open_store()
+    frontier.add(Request("https://a.example/0"))
+    batch = [Request(f"https://a.example/{i % 3}") for i in range(6)]
+    assert frontier.add_many(batch) == [False, True, True, False, False, False]
+    assert frontier.add_many([]) == []
+    assert len(frontier) == 3
+
+
+def test_bad_request_in_batch_stores_nothing(open_store: OpenFrontier) -> None:
+    frontier = open_store()
+    good = Request("https://a.example/good")
+    bad = Request("https://a.example/bad", meta={"when": object()})
+    with pytest.raises(crawlq.SerializationError, match="when"):
+        frontier.add_many([good, bad])
+    assert len(frontier) == 0
+    assert frontier.stats().seen == 0
+    assert frontier.add(good) is True
+
+
+def test_unencodable_meta_names_the_key(open_store: OpenFrontier) -> None:
+    frontier = open_store()
+    with pytest.raises(crawlq.SerializationError, match="'handle'"):
+        frontier.add(Request("https://a.example/", meta={"ok": 1, "handle": open}))
+    assert len(frontier) == 0
+
+
+def test_add_rejects_non_requests(open_store: OpenFrontier) -> None:
+    frontier = open_store()
+    with pytest.raises(crawlq.InvalidRequest, match=r"crawlq\.Request"):
+        frontier.add("https://a.example/")  # type: ignore[arg-type]
+
+
+# -- order -----------------------------------------------------------------------
+
+
+def test_higher_priority_first_then_fifo_across_hosts(open_store: OpenFrontier) -> None:
+    frontier = open_store()
+    frontier.add_many(
+        [
+            Request("https://a.example/1", priority=0),
+            Request("https://b.example/2", priority=5),
+            Request("https://c.example/3", priority=0),
+            Request("https://a.example/4", priority=5),
+            Request("https://b.example/5", priority=-3),
+            Request("https://c.example/6", priority=0),
+        ]
+    )
+    assert urls(drain(frontier)) == [
+        "https://b.example/2",
+        "https://a.example/4",
+        "https://a.example/1",
+        "https://c.example/3",
+        "https://c.example/6",
+        "https://b.example/5",
+    ]
+
+
+def test_lifo_within_a_priority(open_store: OpenFrontier) -> None:
+    frontier = open_store(lifo=True)
+    for i in range(4):
+        frontier.add(Request(f"https://h{i % 2}.example/{i}", priority=1 if i == 1 else 0))
+    assert urls(drain(frontier)) == [
+        "https://h1.example/1",
+        "https://h1.example/3",
+        "https://h0.example/2",
+        "https://h0.example/0",
+    ]
+
+
+def test_ties_go_to_the_host_with_fewest_leases(open_store: OpenFrontier) -> None:
+    frontier = open_store()
+    frontier.add_many(
+        [
+            Request("https://busy.example/1"),
+            Request("https://busy.example/2"),
+            Request("https://idle.example/3"),
+        ]
+    )
+    first = frontier.pop()
+    assert first is not None and first.url == "https://busy.example/1"
+    # busy.example has one lease now, idle.example none: idle wins the tie
+    # although busy.example/2 was accepted first.
+    second = frontier.pop()
+    assert second is not None and second.url == "https://idle.example/3"
+    # Priority still beats the lease count.
+    frontier.add(Request("https://busy.example/9", priority=1))
+    third = frontier.pop()
+    assert third is not None and third.url == "https://busy.example/9"
+
+
+def test_released_request_goes_back_to_its_place(open_store: OpenFrontier) -> None:
+    frontier = open_store()
+    frontier.add_many([Request(f"https://a.example/{i}") for i in range(3)])
+    first = frontier.pop()
+    assert first is not None
+    frontier.release(first)
+    assert urls(drain(frontier)) == [f"https://a.example/{i}" for i in range(3)]
+
+
+def test_non_int_priority_is_refused() -> None:
+    for bad in (1.5, "3", None, True, 2**40):
+        with pytest.raises(crawlq.InvalidRequest, match="priority"):
+            Request("https://a.example/", priority=bad)  # type: ignore[arg-type]
+
+
+# -- pacing ----------------------------------------------------------------------
+
+
+def test_host_delay_holds_a_host_but_not_others(open_store: OpenFrontier) -> None:
+    delay = 0.3
+    frontier = open_store(host_delay=delay)
+    frontier.add_many(
+        [
+            Request("https://a.example/1", priority=1),
+            Request("https://a.example/2", priority=1),
+            Request("https://b.example/3"),
+        ]
+    )
+    start = time.monotonic()
+    first = frontier.pop()
+    assert first is not None and first.url == "https://a.example/1"
+    # a.example is pacing, so the lower-priority b.example comes next.
+    second = frontier.pop()
+    assert second is not None and second.url == "https://b.example/3"
+    if time.monotonic() - start < delay * 0.8:
+        assert frontier.pop() is None
+        wait = frontier.next_ready_in()
+        assert wait is not None and 0 < wait <= delay
+    while (third := frontier.pop()) is None:
+        time.sleep(0.01)
+    assert third.url == "https://a.example/2"
+    assert time.monotonic() - start >= delay * 0.99
+
+
+def test_host_concurrency_limits_leases_per_host(open_store: OpenFrontier) -> None:
+    frontier = open_store(host_concurrency=2)
+    frontier.add_many([Request(f"https://a.example/{i}") for i in range(4)])
+    frontier.add(Request("https://b.example/x"))
+    got = [frontier.pop(), frontier.pop(), frontier.pop()]
+    assert [r.url for r in got if r] == [
+        "https://a.example/0",
+        "https://b.example/x",  # fewest leases wins the tie
+        "https://a.example/1",
+    ]
+    assert frontier.pop() is None  # a.example holds 2 leases
+    frontier.ack(got[0])  # type: ignore[arg-type]
+    nxt = frontier.pop()
+    assert nxt is not None and nxt.url == "https://a.example/2"
+    assert frontier.pop() is None
+
+
+def test_download_slot_overrides_the_host(open_store: OpenFrontier) -> None:
+    frontier = open_store(host_concurrency=1)
+    frontier.add_many(
+        [
+            Request("https://a.example/1", meta={"download_slot": "shared"}),
+            Request("https://b.example/2", meta={"download_slot": "shared"}),
+            Request("https://c.example/3"),
+        ]
+    )
+    first, second = frontier.pop(), frontier.pop()
+    assert [first.url, second.url] == ["https://a.example/1", "https://c.example/3"]  # type: ignore[union-attr]
+    assert frontier.pop() is None
+    hosts = {h.host: (h.queued, h.leased) for h in frontier.stats(hosts=True).hosts or ()}
+    assert hosts == {"shared": (1, 1), "c.example": (0, 1)}
+
+
+def test_next_ready_in_is_none_when_empty(open_store: OpenFrontier) -> None:
+    frontier = open_store()
+    assert frontier.next_ready_in() is None
+    frontier.add(Request("https://a.example/"))
+    assert frontier.next_ready_in() == 0.0
+
+
+# -- leases ----------------------------------------------------------------------
+
+
+def test_expired_lease_comes_back_in_its_place(open_store: OpenFrontier) -> None:
+    frontier = open_store(lease_timeout=0.3)
+    frontier.add_many([Request(f"https://a.example/{i}") for i in range(3)])
+    first = frontier.pop()
+    assert first is not None and first.url == "https://a.example/0"
+    assert frontier.stats().leased == 1
+    time.sleep(0.35)
+    again = frontier.pop()
+    assert again is not None and again.url == "https://a.example/0"
+    # The expired lease is gone: acking it late changes nothing.
+    frontier.ack(first)
+    assert len(frontier) == 3
+    frontier.ack(again)
+    assert urls(drain(frontier)) == ["https://a.example/1", "https://a.example/2"]
+
+
+def test_ack_twice_is_harmless(open_store: OpenFrontier) -> None:
+    frontier = open_store()
+    frontier.add(Request("https://a.example/"))
+    request = frontier.pop()
+    assert request is not None
+    frontier.ack(request)
+    frontier.ack(request)  # at-least-once delivery makes double completion normal
+    frontier.release(request)  # a finished request cannot be put back
+    assert len(frontier) == 0
+    assert frontier.pop() is None
+
+
+def test_ack_of_a_request_never_handed_out(open_store: OpenFrontier) -> None:
+    frontier = open_store()
+    with pytest.raises(crawlq.LeaseError, match="pop"):
+        frontier.ack(Request("https://a.example/"))
+    with pytest.raises(crawlq.LeaseError):
+        frontier.release(Request("https://a.example/"))
+
+
+def test_counts_follow_the_lifecycle(open_store: OpenFrontier) -> None:
+    frontier = open_store()
+    frontier.add_many([Request(f"https://a.example/{i}") for i in range(3)])
+    stats = frontier.stats()
+    assert (stats.queued, stats.leased, stats.seen) == (3, 0, 3)
+    one, two = frontier.pop(), frontier.pop()
+    assert (frontier.stats().queued, frontier.stats().leased, len(frontier)) == (1, 2, 3)
+    frontier.ack(one)  # type: ignore[arg-type]
+    frontier.release(two)  # type: ignore[arg-type]
+    stats = frontier.stats()
+    assert (stats.queued, stats.leased, stats.seen, len(frontier)) == (2, 0, 3, 2)
+
+
+def test_ack_many_and_release_many(open_store: OpenFrontier) -> None:
+    frontier = open_store()
+    frontier.add_many([Request(f"https://h{i}.example/") for i in range(4)])
+    popped = [frontier.pop() for _ in range(4)]
+    frontier.ack_many(popped[:2])  # type: ignore[arg-type]
+    frontier.release_many(popped[2:])  # type: ignore[arg-type]
+    assert urls(drain(frontier)) == ["https://h2.example/", "https://h3.example/"]
+
+
+# -- round trip and lifecycle ----------------------------------------------------
+
+
+def test_every_field_round_trips(open_store: OpenFrontier) -> None:
+    frontier = open_store()
+    original = Request(
+        "https://a.example/form?x=1",
+        method="POST",
+        headers={"Content-Type": "application/x-www-form-urlencoded", "X-Trace": "é"},
+        body=b"\x00\xffq=1",
+        priority=-7,
+        meta={"depth_hint": 3, "tags": ["a", "b"], "nested": {"k": 1.5}, "raw": b"\x01"},
+        callback="parse_item",
+        errback="on_error",
+        dont_filter=True,
+        depth=4,
+    )
+    frontier.add(original)
+    popped = frontier.pop()
+    assert popped == original
+    assert popped is not None
+    assert (popped.method, popped.body, popped.callback, popped.depth) == (
+        "POST",
+        b"\x00\xffq=1",
+        "parse_item",
+        4,
+    )
+
+
+def test_closed_frontier_refuses_work(open_store: OpenFrontier) -> None:
+    frontier = open_store()
+    frontier.add(Request("https://a.example/"))
+    frontier.close()
+    frontier.close()
+    assert frontier.closed
+    for call in (
+        lambda: frontier.add(Request("https://b.example/")),
+        frontier.pop,
+        frontier.stats,
+    ):
+        with pytest.raises(crawlq.FrontierClosed):
+            call()
+
+
+def test_stats_never_show_a_password(open_store: OpenFrontier) -> None:
+    frontier = open_store()
+    assert "@" not in frontier.stats().store
+    assert frontier.url == frontier.stats().store
+
+
+def test_many_hosts_drain_completely_in_priority_order(open_store: OpenFrontier) -> None:
+    frontier = open_store()
+    batch = [
+        Request(f"https://h{i % 37}.example/{i}", priority=(i * 7919) % 11 - 5) for i in range(600)
+    ]
+    assert all(frontier.add_many(batch))
+    popped = drain(frontier)
+    assert sorted(urls(popped)) == sorted(urls(batch))
+    priorities = [r.priority for r in popped]
+    assert priorities == sorted(priorities, reverse=True)
+    accepted = {r.url: n for n, r in enumerate(batch)}
+    for priority in set(priorities):
+        same = [accepted[r.url] for r in popped if r.priority == priority]
+        assert same == sorted(same), "FIFO within a priority"

@@ -1,0 +1,63 @@
+"""open_frontier: URLs, options and the errors that name the fix."""
+
+from __future__ import annotations
+
+import pytest
+
+import crawlq
+
+
+def test_memory_is_the_default() -> None:
+    with crawlq.open_frontier() as frontier:
+        assert frontier.url == "memory://"
+        assert repr(frontier) == "<Frontier memory:// open>"
+    assert frontier.closed
+
+
+@pytest.mark.parametrize("url", ["ftp://x", "mongodb://localhost/db", "redis:/localhost"])
+def test_unknown_scheme_names_the_known_ones(url: str) -> None:
+    with pytest.raises(crawlq.ConfigError, match="'memory://'"):
+        crawlq.open_frontier(url)
+
+
+def test_unknown_option_lists_the_valid_ones() -> None:
+    with pytest.raises(crawlq.ConfigError, match=r"host_dealy.*valid options.*host_delay"):
+        crawlq.open_frontier("memory://", host_dealy=1)
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("host_delay", -1),
+        ("host_delay", "1"),
+        ("host_delay", float("nan")),
+        ("host_concurrency", 0),
+        ("host_concurrency", 1.5),
+        ("lease_timeout", 0),
+        ("lifo", "yes"),
+        ("clock", 5),
+        ("fingerprinter", "scrapy"),
+    ],
+)
+def test_bad_option_values(option: str, value: object) -> None:
+    with pytest.raises(crawlq.ConfigError, match=option):
+        crawlq.open_frontier(**{option: value})
+
+
+def test_memory_url_takes_no_path() -> None:
+    with pytest.raises(crawlq.ConfigError, match="memory://"):
+        crawlq.open_frontier("memory://somewhere")
+
+
+@pytest.mark.parametrize("url", ["sqlite:///job.db", "redis://localhost:6379/0"])
+def test_stores_not_shipped_yet_say_so(url: str) -> None:
+    with pytest.raises(crawlq.ConfigError, match="memory://"):
+        crawlq.open_frontier(url)
+
+
+def test_fingerprinter_option_is_used() -> None:
+    fingerprinter = crawlq.Fingerprinter(ignore_query_params=["utm_*"])
+    frontier = crawlq.open_frontier(fingerprinter=fingerprinter)
+    assert frontier.fingerprinter is fingerprinter
+    assert frontier.add(crawlq.Request("https://a.example/?utm_source=x"))
+    assert not frontier.add(crawlq.Request("https://a.example/"))
