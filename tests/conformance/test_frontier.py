@@ -298,6 +298,11 @@ def test_ack_of_a_request_never_handed_out(open_store: OpenFrontier) -> None:
         frontier.ack(Request("https://a.example/"))
     with pytest.raises(crawlq.LeaseError):
         frontier.release(Request("https://a.example/"))
+    queued = Request("https://a.example/queued")
+    frontier.add(queued)
+    with pytest.raises(crawlq.LeaseError, match="pop"):
+        frontier.ack(queued)
+    assert len(frontier) == 1
 
 
 def test_counts_follow_the_lifecycle(open_store: OpenFrontier) -> None:

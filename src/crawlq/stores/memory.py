@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from heapq import heapify, heappop, heappush
 from typing import Any, Final
 
+from .._errors import LeaseError
 from .._policy import Policy
 from .._request import Request
 from .._seen import FingerprintSet
@@ -202,12 +203,14 @@ class MemoryStore:
     # -- finishing ------------------------------------------------------------
 
     def ack(self, leases: Sequence[object]) -> None:
+        _check_handed_out(leases)
         now = self._clock()
         for lease in leases:
             self._end_lease(lease, requeue=False, now=now)
         self._trim_deadlines()
 
     def release(self, leases: Sequence[object]) -> None:
+        _check_handed_out(leases)
         now = self._clock()
         for lease in leases:
             self._end_lease(lease, requeue=True, now=now)
@@ -313,3 +316,11 @@ class _Queued:
 
 
 _QUEUED: Final = _Queued()
+
+
+def _check_handed_out(leases: Sequence[object]) -> None:
+    if any(lease is _QUEUED for lease in leases):
+        raise LeaseError(
+            "that request is queued, not handed out (it was never popped, or was "
+            "released); only requests returned by pop() can be acked or released"
+        )

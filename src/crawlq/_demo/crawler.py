@@ -1,0 +1,139 @@
+"""A small async crawler: aiohttp workers fed by a crawlq `Scheduler`.
+
+Each worker takes a request with ``Scheduler.get`` (which waits for the next
+host that is ready under its delay and concurrency), fetches it, extracts the
+``href`` attributes with a regular expression, resolves them with
+``urljoin``, and adds the page's children in one ``add_many`` at ``depth + 1``
+with a priority that falls with depth (shallow pages first). Only then is the
+request acked with ``task_done``, so ``join`` cannot return while its
+children are still unknown.
+
+A failed fetch (an HTTP error status, or a network error) is counted and acked
+like any other: crawlq only hands requests out and paces them; retrying is the
+crawler's business (re-add the request with ``dont_filter=True`` to retry).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from typing import Final
+from urllib.parse import urljoin, urlsplit
+
+import aiohttp
+
+from .._errors import SchedulerClosed
+from .._request import Request
+from ..scheduler import Scheduler
+
+__all__ = ["Crawler"]
+
+_ABSOLUTE: Final = ("http://", "https://")
+_HREF: Final = re.compile(r"""href\s*=\s*["']([^"'<>\s]+)["']""", re.IGNORECASE)
+
+
+class Crawler:
+    """Crawls the URLs of some hosts with aiohttp workers fed by a `Scheduler`.
+
+    Only links to ``allowed`` netlocs (``host:port``) are followed. With
+    ``slots``, each netloc's requests carry ``meta["download_slot"]`` so that
+    crawlq paces them apart even when several netlocs share one host name.
+    Counters: ``fetched`` (responses received), ``errors`` by kind (an HTTP
+    status such as ``"404"``, or an exception name), ``duplicates`` (links
+    that ``add_many`` reported as already seen) and ``links`` (links added).
+    """
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        session: aiohttp.ClientSession,
+        *,
+        allowed: Iterable[str],
+        slots: Mapping[str, str] | None = None,
+    ) -> None:
+        self.scheduler = scheduler
+        self.session = session
+        self.allowed = frozenset(allowed)
+        self.slots = dict(slots or {})
+        self.fetched = 0
+        self.errors: Counter[str] = Counter()
+        self.duplicates = 0
+        self.links = 0
+
+    def request(self, url: str, *, depth: int = 0) -> Request:
+        """Return the request for ``url`` at ``depth``: priority ``-depth``, slot if any."""
+        meta = None
+        if self.slots:
+            slot = self.slots.get(urlsplit(url).netloc)
+            meta = {"download_slot": slot} if slot is not None else None
+        return Request(url, priority=-depth, depth=depth, meta=meta)
+
+    async def add(self, requests: Iterable[Request]) -> None:
+        """Add a batch with one ``add_many``, counting links and duplicates."""
+        added = await self.scheduler.add_many(requests)
+        self.links += len(added)
+        self.duplicates += added.count(False)
+
+    async def run(self, seeds: Iterable[str], *, workers: int) -> None:
+        """Crawl from ``seeds`` with ``workers`` workers until nothing is left.
+
+        Returns when ``join`` does: the scheduler is then closed, so workers
+        waiting in ``get`` get `SchedulerClosed` and exit. If a worker fails,
+        the others are stopped the same way and its exception is raised.
+        """
+        await self.add(self.request(url) for url in seeds)
+        joiner = asyncio.create_task(self.scheduler.join())
+        tasks = [asyncio.create_task(self._work()) for _ in range(workers)]
+        try:
+            await asyncio.wait([joiner, *tasks], return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            for task in (joiner, *tasks):
+                task.cancel()
+            raise
+        finally:
+            await self.scheduler.close()
+            outcomes = await asyncio.gather(joiner, *tasks, return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException) and not isinstance(outcome, SchedulerClosed):
+                raise outcome
+
+    async def _work(self) -> None:
+        with contextlib.suppress(SchedulerClosed):
+            while True:
+                request = await self.scheduler.get()
+                try:
+                    await self._crawl(request)
+                finally:
+                    self.scheduler.task_done(request)
+
+    async def _crawl(self, request: Request) -> None:
+        """Fetch one request and add its children; count an error instead of raising."""
+        try:
+            async with self.session.get(request.url, allow_redirects=False) as response:
+                status = response.status
+                body = await response.text() if 200 <= status < 300 else ""
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            self.errors[type(exc).__name__] += 1
+            return
+        self.fetched += 1
+        if status >= 400:
+            self.errors[str(status)] += 1
+            return
+        children = [
+            self.request(url, depth=request.depth + 1) for url in self.links_of(request.url, body)
+        ]
+        if children:
+            await self.add(children)
+
+    def links_of(self, base: str, html: str) -> list[str]:
+        """Return the http(s) links of ``html`` to allowed netlocs, resolved against ``base``."""
+        urls = []
+        for href in _HREF.findall(html):
+            url = href if href.startswith(_ABSOLUTE) else urljoin(base, href)
+            parts = urlsplit(url)
+            if parts.scheme in ("http", "https") and parts.netloc in self.allowed:
+                urls.append(url)
+        return urls

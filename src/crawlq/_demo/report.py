@@ -1,0 +1,137 @@
+"""How ``crawlq demo`` shows itself: a live progress bar and a summary table.
+
+This module needs rich only, so the CLI can import it before aiohttp.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from .run import DemoProgress, DemoResult
+
+__all__ = ["LiveProgress", "summary_table", "verdict"]
+
+
+class LiveProgress:
+    """A rich progress bar fed with `DemoProgress` snapshots; a context manager.
+
+    The bar counts responses against the fetches a complete crawl makes, with
+    the frontier's queued, in-flight and seen counts and the rate beside it.
+    """
+
+    def __init__(self, console: Console) -> None:
+        self._progress = Progress(
+            BarColumn(bar_width=12),
+            MofNCompleteColumn(),
+            TextColumn(
+                "{task.fields[queued]:,} queued  {task.fields[in_flight]} in flight  "
+                "{task.fields[seen]:,} seen  {task.fields[rate]:,.0f}/s"
+            ),
+            TimeElapsedColumn(),
+            console=console,
+        )
+        self._task: TaskID | None = None
+
+    def __enter__(self) -> LiveProgress:
+        self._progress.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._progress.stop()
+
+    def update(self, snapshot: DemoProgress) -> None:
+        """Show ``snapshot``."""
+        if self._task is None:
+            self._task = self._progress.add_task(
+                "crawl", total=snapshot.expected, queued=0, in_flight=0, seen=0, rate=0.0
+            )
+        self._progress.update(
+            self._task,
+            completed=snapshot.fetched,
+            queued=snapshot.queued,
+            in_flight=snapshot.in_flight,
+            seen=snapshot.seen,
+            rate=snapshot.pages_per_second,
+        )
+
+
+def summary_table(result: DemoResult) -> Table:
+    """Return the end-of-crawl table: fetches, hosts, duplicates, errors, time, rate."""
+    config = result.config
+    table = Table(title="crawlq demo", show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    table.add_column(style="dim")
+    broken = result.expected_fetches - result.site_pages
+    table.add_row(
+        "Pages fetched",
+        f"{result.fetched:,}",
+        f"{result.site_pages:,} pages + {broken:,} broken links",
+    )
+    table.add_row("Hosts", f"{result.hosts_crawled:,}", _hosts_note(result))
+    table.add_row(
+        "Duplicates filtered",
+        f"{result.duplicates:,}",
+        f"of {result.links:,} links (add_many said False)",
+    )
+    kinds = ", ".join(f"{kind}: {n:,}" for kind, n in result.errors.items())
+    table.add_row(
+        "Errors",
+        f"{result.error_count:,}",
+        f"{kinds}; acked, not retried" if kinds else "",
+    )
+    table.add_row("Elapsed", f"{result.elapsed:.2f} s", f"{config.workers} workers")
+    table.add_row("Pages/s", f"{result.pages_per_second:,.0f}", "")
+    busiest = max(result.max_concurrency, default=0)
+    table.add_row("Per-host delay", f"{config.delay * 1000:g} ms", "host_delay")
+    table.add_row(
+        "Per-host concurrency",
+        f"{config.concurrency}",
+        f"host_concurrency; server saw ≤ {busiest} at once",
+    )
+    return table
+
+
+def _hosts_note(result: DemoResult) -> str:
+    netlocs = [url.partition("://")[2] for url in result.base_urls]
+    if not netlocs:
+        return ""
+    if result.single_address:
+        return f"127.0.0.1, one port each ({netlocs[0]} … {netlocs[-1]})"
+    first, _, port = netlocs[0].rpartition(":")
+    last, _, last_port = netlocs[-1].rpartition(":")
+    if port == last_port:
+        return f"{first} … {last}, port {port}"
+    return f"{netlocs[0]} … {netlocs[-1]}"
+
+
+def verdict(result: DemoResult) -> str:
+    """Return the exactly-once check as rich markup: a tick, or what went wrong."""
+    if result.complete:
+        return f"[green]✓[/] every one of the {result.site_pages:,} pages was fetched exactly once"
+    lines = [f"[red]✗[/] the crawl does not match the site ({result.site_pages:,} pages):"]
+    if result.missing:
+        sample = ", ".join(result.missing[:3])
+        lines.append(f"  {len(result.missing):,} pages never fetched, e.g. {sample}")
+    if result.repeated:
+        sample = ", ".join(f"{url} ({n}x)" for url, n in list(result.repeated.items())[:3])
+        lines.append(f"  {len(result.repeated):,} URLs fetched more than once, e.g. {sample}")
+    return "\n".join(lines)
