@@ -1,4 +1,9 @@
-"""The ordering and pacing settings every store applies, validated once."""
+"""Ordering and pacing shared by every store: the settings, and the slot board.
+
+`Policy` holds the settings, validated once. `Board` applies them to the hosts
+(slots) of a store that keeps its slots in this process: which slot's head
+request goes next, and when a paced slot becomes ready again.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +11,12 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from heapq import heapify, heappop, heappush
+from typing import Any, Final
 
 from ._errors import ConfigError
 
-__all__ = ["Policy"]
+__all__ = ["DELAYED", "IDLE", "READY", "Board", "Policy", "Slot"]
 
 
 def _number(name: str, value: Any, *, minimum: float, inclusive: bool) -> float:
@@ -58,3 +64,159 @@ class Policy:
             raise ConfigError(f"clock must be a callable returning seconds, not {self.clock!r}")
         object.__setattr__(self, "host_delay", float(self.host_delay))
         object.__setattr__(self, "lease_timeout", float(self.lease_timeout))
+
+
+# Where a slot is filed: in no heap (nothing queued, or at its concurrency
+# limit), in the ready heap, or in the delayed heap.
+IDLE: Final = 0
+READY: Final = 1
+DELAYED: Final = 2
+
+
+class Slot:
+    """The pacing state of one host (download slot), as a `Board` files it.
+
+    ``head`` is a sequence whose first two items are ``(-priority, order)`` of
+    the slot's best queued request, or None when nothing is queued; stores keep
+    it current and call `Board.place` after every change to a slot.
+    """
+
+    __slots__ = ("head", "leased", "name", "ready_at", "state")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.head: tuple[Any, ...] | None = None
+        self.leased = 0
+        self.ready_at = 0.0
+        self.state = IDLE
+
+
+class Board:
+    """Picks the slot whose head request goes next, under the policy's pacing.
+
+    Ready slots sit in one heap keyed by ``(-priority, leased, order)`` of their
+    head: priority, then fewest leases, then acceptance order. Slots waiting for
+    ``host_delay`` sit in a second heap keyed by the time they become ready.
+    Slots at ``host_concurrency`` sit in neither until a lease ends. Both pops
+    are O(log slots).
+
+    Heap entries are never removed in place: an entry is live while it still
+    describes its slot (same state, lease count and head), stale entries are
+    dropped when they reach the top, and the ready heap is rebuilt when stale
+    entries outnumber live ones. ``forget`` is called for a slot with nothing
+    queued or leased once its delay has passed, so the store can drop it.
+    """
+
+    __slots__ = ("_concurrency", "_delay", "_delayed", "_forget", "_ready", "_ready_slots")
+
+    def __init__(self, policy: Policy, forget: Callable[[Slot], None]) -> None:
+        self._delay = policy.host_delay
+        self._concurrency = policy.host_concurrency or (1 << 62)
+        self._forget = forget
+        self._ready: list[tuple[int, int, int, Slot]] = []
+        self._delayed: list[tuple[float, str, Slot]] = []
+        self._ready_slots = 0
+
+    def place(self, slot: Slot, now: float) -> None:
+        """File a slot where its state calls for, after any change to it."""
+        if slot.state == READY:
+            self._ready_slots -= 1
+        head = slot.head
+        if head is None or slot.leased >= self._concurrency:
+            slot.state = IDLE
+            if head is None and not slot.leased:
+                if slot.ready_at <= now:
+                    self._forget(slot)
+                else:
+                    # Keep its pacing state until the delay has passed.
+                    slot.state = DELAYED
+                    heappush(self._delayed, (slot.ready_at, slot.name, slot))
+        elif slot.ready_at > now:
+            slot.state = DELAYED
+            heappush(self._delayed, (slot.ready_at, slot.name, slot))
+        else:
+            slot.state = READY
+            self._ready_slots += 1
+            heappush(self._ready, (head[0], slot.leased, head[1], slot))
+            if len(self._ready) > 2 * self._ready_slots + 64:
+                self._compact()
+
+    def popped(self, slot: Slot, now: float) -> None:
+        """Record that a request of a taken slot was leased, then file the slot.
+
+        Counts the lease and starts the slot's delay; the caller has already
+        set the slot's new head.
+        """
+        slot.leased += 1
+        if self._delay:
+            slot.ready_at = now + self._delay
+        self.place(slot, now)
+
+    def take(self, now: float) -> Slot | None:
+        """Return the slot to pop from now, or None if no slot is ready.
+
+        The slot leaves the ready heap: the caller leases its head, sets the
+        new head, then calls `popped`.
+        """
+        delayed = self._delayed
+        if delayed and delayed[0][0] <= now:
+            self._wake(now)
+        ready = self._ready
+        while ready:
+            entry = heappop(ready)
+            slot = entry[3]
+            head = slot.head
+            if (
+                slot.state == READY
+                and slot.leased == entry[1]
+                and head is not None
+                and head[1] == entry[2]
+            ):
+                slot.state = IDLE
+                self._ready_slots -= 1
+                return slot
+        return None
+
+    def next_ready_in(self, now: float) -> float | None:
+        """Seconds until `take` may return a slot; None if no slot is filed."""
+        ready = self._ready
+        while ready and not _live(ready[0]):
+            heappop(ready)
+        if ready:
+            return 0.0
+        delayed = self._delayed
+        while delayed and not _due(delayed[0]):
+            heappop(delayed)
+        if delayed:
+            return max(0.0, delayed[0][0] - now)
+        return None
+
+    def clear(self) -> None:
+        self._ready.clear()
+        self._delayed.clear()
+        self._ready_slots = 0
+
+    def _wake(self, now: float) -> None:
+        delayed = self._delayed
+        while delayed and delayed[0][0] <= now:
+            entry = heappop(delayed)
+            if _due(entry):
+                self.place(entry[2], now)
+
+    def _compact(self) -> None:
+        live = {id(entry[3]): entry for entry in self._ready if _live(entry)}
+        self._ready = list(live.values())
+        heapify(self._ready)
+
+
+def _live(entry: tuple[int, int, int, Slot]) -> bool:
+    slot = entry[3]
+    head = slot.head
+    return (
+        slot.state == READY and slot.leased == entry[1] and head is not None and head[1] == entry[2]
+    )
+
+
+def _due(entry: tuple[float, str, Slot]) -> bool:
+    slot = entry[2]
+    return slot.state == DELAYED and slot.ready_at == entry[0]

@@ -1,55 +1,36 @@
 """The in-memory store: the reference implementation of the store semantics.
 
-Structure, chosen so that ``pop`` is O(log n) in queued requests and hosts:
-
-- each host keeps a heap of its queued items ``(-priority, order, request,
-  host)``, where ``order`` is the acceptance number (negated for LIFO); the
-  item is also the lease handle a popped request carries;
-- hosts that are ready sit in one heap keyed by their head item:
-  ``(-priority, leased, order)``, i.e. priority, then fewest leases, then FIFO;
-- hosts waiting for ``host_delay`` sit in a second heap keyed by ready time;
-- hosts at ``host_concurrency`` sit in neither until a lease ends;
-- leases are a dict by order plus a deque by deadline (one ``lease_timeout``
-  for all, so deadlines arrive in pop order).
-
-Heap entries are never removed in place: an entry is live while it still
-describes its host (same state, lease count and head), stale entries are
-dropped when they reach the top, and the ready heap is compacted when stale
-entries outnumber hosts.
+Each host is a `Slot` holding a heap of its queued items ``(-priority, order,
+request, host)``, where ``order`` is the acceptance number (negated for LIFO);
+the shared `Board` picks the slot whose head goes next, so ``pop`` is O(log n)
+in queued requests and hosts. The item is also the lease handle a popped
+request carries; every (re)queueing makes a new item, so a stale handle never
+matches a later lease. Lease deadlines arrive in pop order (one
+``lease_timeout`` for all), so a deque holds them.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from heapq import heapify, heappop, heappush
-from typing import Any, Final
+from heapq import heappop, heappush
+from typing import Any, Final, cast
 
 from .._errors import LeaseError
-from .._policy import Policy
+from .._policy import DELAYED, Board, Policy, Slot
 from .._request import Request
 from .._seen import FingerprintSet
 from .base import Entry, HostCount, StoreCounts
 
 __all__ = ["MemoryStore"]
 
-# Where a host is: in no heap (empty, or at its concurrency limit), in the
-# ready heap, or in the delayed heap.
-_IDLE: Final = 0
-_READY: Final = 1
-_DELAYED: Final = 2
 
-
-class _Host:
-    __slots__ = ("leased", "name", "queue", "ready_at", "state")
+class _Host(Slot):
+    __slots__ = ("queue",)
 
     def __init__(self, name: str) -> None:
-        self.name = name
-        # Heap of items (-priority, order, request, host).
-        self.queue: list[tuple[int, int, Request, _Host]] = []
-        self.leased = 0
-        self.ready_at = 0.0
-        self.state = _IDLE
+        super().__init__(name)
+        self.queue: list[_Item] = []
 
 
 _Item = tuple[int, int, Request, _Host]
@@ -66,25 +47,21 @@ class MemoryStore:
 
     def __init__(self, policy: Policy) -> None:
         self._clock = policy.clock
-        self._delay = policy.host_delay
-        self._concurrency = policy.host_concurrency or (1 << 62)
         self._lease_timeout = policy.lease_timeout
         self._lifo = policy.lifo
         self._hosts: dict[str, _Host] = {}
-        # Ready hosts as (-head priority, leased, head order, host). An entry
-        # is live while it still describes its host; see _live().
-        self._ready: list[tuple[int, int, int, _Host]] = []
-        # Paced hosts as (ready_at, name, host); live while ready_at matches.
-        self._delayed: list[tuple[float, str, _Host]] = []
-        # order -> the item leased under it. Every (re)queueing makes a new
-        # item, so an item names one lease and a stale handle never matches.
-        # The deque holds deadline, item, deadline, item... in pop order
-        # (no pair tuples: fewer objects for the garbage collector to track).
+        self._board = Board(policy, self._forget)
+        # order -> the item leased under it. The deque holds deadline, item,
+        # deadline, item... in pop order (no pair tuples: fewer objects for
+        # the garbage collector to track on the hot path).
         self._leases: dict[int, _Item] = {}
         self._deadlines: deque[Any] = deque()
         self._seen = FingerprintSet()
         self._accepted = 0
         self._queued = 0
+
+    def _forget(self, slot: Slot) -> None:
+        del self._hosts[slot.name]
 
     # -- adding ---------------------------------------------------------------
 
@@ -110,8 +87,10 @@ class MemoryStore:
             queue = host.queue
             heappush(queue, item)
             self._queued += 1
-            if host.state == _IDLE or (host.state == _READY and queue[0] is item):
-                self._place(host, self._clock())
+            if queue[0] is item:
+                host.head = item
+                if host.state != DELAYED:
+                    self._board.place(host, self._clock())
             added.append(True)
         return added
 
@@ -122,74 +101,22 @@ class MemoryStore:
         deadlines = self._deadlines
         if deadlines and deadlines[0] <= now:
             self._expire(now)
-        delayed = self._delayed
-        if delayed and delayed[0][0] <= now:
-            self._wake_delayed(now)
-        ready = self._ready
-        while ready:
-            entry = heappop(ready)
-            host = entry[3]
-            queue = host.queue
-            if (
-                host.state != _READY
-                or host.leased != entry[1]
-                or not queue
-                or queue[0][1] != entry[2]
-            ):
-                continue  # stale: the host changed since this entry was pushed
-            item = heappop(queue)
-            host.leased += 1
-            self._queued -= 1
-            deadline = now + self._lease_timeout
-            self._leases[item[1]] = item
-            deadlines.append(deadline)
-            deadlines.append(item)
-            if self._delay:
-                host.ready_at = now + self._delay
-            self._place(host, now)
-            request = item[2]
-            request._lease = item
-            return request
-        return None
-
-    def _place(self, host: _Host, now: float) -> None:
-        """Put a host in the heap its state calls for, after any change to it."""
+        board = self._board
+        slot = board.take(now)
+        if slot is None:
+            return None
+        host = cast(_Host, slot)
         queue = host.queue
-        if not queue or host.leased >= self._concurrency:
-            host.state = _IDLE
-            if not queue and not host.leased:
-                if host.ready_at <= now:
-                    del self._hosts[host.name]
-                else:
-                    # Keep its pacing state until the delay has passed.
-                    host.state = _DELAYED
-                    heappush(self._delayed, (host.ready_at, host.name, host))
-        elif host.ready_at > now:
-            host.state = _DELAYED
-            heappush(self._delayed, (host.ready_at, host.name, host))
-        else:
-            host.state = _READY
-            head = queue[0]
-            heappush(self._ready, (head[0], host.leased, head[1], host))
-        if len(self._ready) > 2 * len(self._hosts) + 64:
-            self._compact()
-
-    def _compact(self) -> None:
-        """Drop stale ready entries so the heap stays O(hosts)."""
-        live = {}
-        for entry in self._ready:
-            host = entry[3]
-            if _live(entry):
-                live[host.name] = entry
-        self._ready = list(live.values())
-        heapify(self._ready)
-
-    def _wake_delayed(self, now: float) -> None:
-        delayed = self._delayed
-        while delayed and delayed[0][0] <= now:
-            ready_at, _, host = heappop(delayed)
-            if host.state == _DELAYED and host.ready_at == ready_at:
-                self._place(host, now)
+        item = heappop(queue)
+        host.head = queue[0] if queue else None
+        board.popped(host, now)
+        self._queued -= 1
+        self._leases[item[1]] = item
+        deadlines.append(now + self._lease_timeout)
+        deadlines.append(item)
+        request = item[2]
+        request._lease = item
+        return request
 
     def _expire(self, now: float) -> None:
         deadlines = self._deadlines
@@ -233,10 +160,11 @@ class MemoryStore:
                 request = request.replace()
             request._lease = _QUEUED
             heappush(host.queue, (item[0], item[1], request, host))
+            host.head = host.queue[0]
             self._queued += 1
-        if host.state != _DELAYED:
+        if host.state != DELAYED:
             # Its key (fewest leases) or its eligibility (concurrency) changed.
-            self._place(host, now)
+            self._board.place(host, now)
 
     def _trim_deadlines(self) -> None:
         # Deadlines of finished leases are dropped lazily from the front; if
@@ -270,40 +198,17 @@ class MemoryStore:
     def next_ready_in(self) -> float | None:
         if not self._queued and not self._leases:
             return None
-        ready = self._ready
-        while ready and not _live(ready[0]):
-            heappop(ready)
-        if ready:
-            return 0.0
         now = self._clock()
-        soonest: float | None = None
-        delayed = self._delayed
-        while delayed and (
-            delayed[0][2].state != _DELAYED or delayed[0][2].ready_at != delayed[0][0]
-        ):
-            heappop(delayed)
-        if delayed:
-            soonest = delayed[0][0]
+        soonest = self._board.next_ready_in(now)
         self._trim_deadlines()
         if self._deadlines:
-            deadline = self._deadlines[0]
-            soonest = deadline if soonest is None else min(soonest, deadline)
-        if soonest is None:
-            return None
-        return max(0.0, soonest - now)
+            expiry = max(0.0, self._deadlines[0] - now)
+            soonest = expiry if soonest is None else min(soonest, expiry)
+        return soonest
 
     def close(self) -> None:
         self._hosts.clear()
-        self._ready.clear()
-        self._delayed.clear()
-
-
-def _live(entry: tuple[int, int, int, _Host]) -> bool:
-    host = entry[3]
-    queue = host.queue
-    return (
-        host.state == _READY and host.leased == entry[1] and bool(queue) and queue[0][1] == entry[2]
-    )
+        self._board.clear()
 
 
 class _Queued:
