@@ -2,27 +2,44 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import crawlq
 
-#: Store URLs the conformance suite runs against; later stores add theirs here.
-STORES = ["memory://"]
+#: Stores the conformance suite runs against; a new store adds its name here
+#: and a branch in `store_url`.
+STORES = ["memory"]
 
 OpenFrontier = Callable[..., crawlq.Frontier]
+_names = itertools.count()
 
 
 @pytest.fixture(params=STORES)
-def store_url(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The URL of a fresh, empty frontier on the store under test."""
+    name = request.param
+    if name == "memory":
+        return "memory://"
+    if name == "sqlite":
+        return f"sqlite:///{tmp_path / 'job.db'}"
+    if name == "redis":
+        server_url = str(request.getfixturevalue("redis_url"))
+        return f"{server_url}?crawl=conformance-{next(_names)}"
+    raise AssertionError(f"no URL for store {name!r}")
 
 
 @pytest.fixture
 def open_store(store_url: str) -> Iterator[OpenFrontier]:
-    """Open a fresh frontier on the store under test; closed after the test."""
+    """Open frontiers on the store under test; all are closed after the test.
+
+    Opening twice with the same options reopens the same store (for durable
+    stores), which is how resume is tested.
+    """
     opened: list[crawlq.Frontier] = []
 
     def open_(**options: Any) -> crawlq.Frontier:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 from collections.abc import Callable
@@ -18,39 +19,32 @@ __all__ = ["open_frontier"]
 _POLICY_OPTIONS: Final = ("host_delay", "host_concurrency", "lifo", "lease_timeout", "clock")
 _COMMON_OPTIONS: Final = (*_POLICY_OPTIONS, "fingerprinter")
 
-# scheme -> (store factory, the store's own options)
+# A store module provides OPTIONS (the names of its own options) and
+# open_store(url, policy, fingerprinter, options) -> (store, display URL).
 _StoreFactory = Callable[[str, Policy, Fingerprinter, dict[str, Any]], tuple[Store, str]]
 
-
-def _open_memory(
-    url: str, policy: Policy, fingerprinter: Fingerprinter, options: dict[str, Any]
-) -> tuple[Store, str]:
-    from .stores.memory import MemoryStore
-
-    if url.rstrip("/") not in ("memory:", "memory:/"):
-        raise ConfigError(f"frontier URL {url!r}: a memory frontier takes no path; use 'memory://'")
-    return MemoryStore(policy), "memory://"
-
-
-def _not_yet(name: str, issue: str) -> _StoreFactory:
-    def factory(
-        url: str, policy: Policy, fingerprinter: Fingerprinter, options: dict[str, Any]
-    ) -> tuple[Store, str]:
-        raise ConfigError(
-            f"the {name} store is not part of this crawlq release yet ({issue}); "
-            "use 'memory://' for now"
-        )
-
-    return factory
-
-
-_STORES: Final[dict[str, tuple[_StoreFactory, tuple[str, ...]]]] = {
-    "memory": (_open_memory, ()),
-    "sqlite": (_not_yet("SQLite", "durable jobs"), ()),
-    "redis": (_not_yet("Redis", "distributed frontier"), ()),
+# scheme -> the module that implements it, imported only when used.
+_STORES: Final = {
+    "memory": "crawlq.stores.memory",
+    "sqlite": "crawlq.stores.sqlite",
+    "redis": "crawlq.stores.redis",
 }
 _SCHEME_ALIASES: Final = {"rediss": "redis", "unix": "redis"}
 _SCHEME_LIKE: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*")
+
+
+def _store_module(scheme: str) -> tuple[_StoreFactory, tuple[str, ...]]:
+    name = _STORES[scheme]
+    try:
+        module = importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name == name:
+            raise ConfigError(
+                f"the {scheme} store is not part of this crawlq release yet; "
+                "use 'memory://' for now"
+            ) from None
+        raise
+    return module.open_store, tuple(module.OPTIONS)
 
 
 def _scheme(url: str) -> str:
@@ -79,7 +73,8 @@ def open_frontier(url: str = "memory://", **options: Any) -> Frontier:
     ``Fingerprinter()``) and ``clock`` (a seconds function, for tests).
 
     Raises `ConfigError` for an unknown URL scheme, an unknown option or a
-    bad option value, naming what is accepted.
+    bad option value, naming what is accepted, and what the store raises when
+    it cannot open (`StoreError` and its children).
     """
     if not isinstance(url, str) or not url:
         raise ConfigError(f"frontier URL must be a non-empty str such as 'memory://', not {url!r}")
@@ -91,7 +86,7 @@ def open_frontier(url: str = "memory://", **options: Any) -> Frontier:
             f"frontier URL {url!r} has an unknown scheme {scheme!r}; use one of {known} "
             "(or a directory path for a SQLite job)"
         )
-    factory, store_options = _STORES[scheme]
+    factory, store_options = _store_module(scheme)
     unknown = sorted(set(options) - set(_COMMON_OPTIONS) - set(store_options))
     if unknown:
         valid = ", ".join(sorted({*_COMMON_OPTIONS, *store_options}))

@@ -16,13 +16,26 @@ from collections.abc import Sequence
 from heapq import heappop, heappush
 from typing import Any, Final, cast
 
-from .._errors import LeaseError
+from .._errors import ConfigError, LeaseError
+from .._fingerprint import Fingerprinter
 from .._policy import DELAYED, Board, Policy, Slot
 from .._request import Request
 from .._seen import FingerprintSet
 from .base import Entry, HostCount, StoreCounts
 
-__all__ = ["MemoryStore"]
+__all__ = ["OPTIONS", "MemoryStore", "open_store"]
+
+#: The memory store has no options of its own.
+OPTIONS: Final[tuple[str, ...]] = ()
+
+
+def open_store(
+    url: str, policy: Policy, fingerprinter: Fingerprinter, options: dict[str, Any]
+) -> tuple[MemoryStore, str]:
+    """Open a memory store for ``memory://`` (which takes no path)."""
+    if url.rstrip("/") not in ("memory:", "memory:/"):
+        raise ConfigError(f"frontier URL {url!r}: a memory frontier takes no path; use 'memory://'")
+    return MemoryStore(policy), "memory://"
 
 
 class _Host(Slot):
