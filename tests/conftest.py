@@ -13,7 +13,7 @@ import crawlq
 
 #: Stores the conformance suite runs against; a new store adds its name here
 #: and a branch in `store_url`.
-STORES = ["memory"]
+STORES = ["memory", "sqlite"]
 
 OpenFrontier = Callable[..., crawlq.Frontier]
 _names = itertools.count()

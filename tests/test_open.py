@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import crawlq
@@ -49,10 +51,22 @@ def test_memory_url_takes_no_path() -> None:
         crawlq.open_frontier("memory://somewhere")
 
 
-@pytest.mark.parametrize("url", ["sqlite:///job.db", "redis://localhost:6379/0"])
-def test_stores_not_shipped_yet_say_so(url: str) -> None:
-    with pytest.raises(crawlq.ConfigError, match="memory://"):
-        crawlq.open_frontier(url)
+def test_sqlite_url_forms(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with crawlq.open_frontier("sqlite:///relative.db") as frontier:
+        assert frontier.url == f"sqlite:///{tmp_path / 'relative.db'}"
+    with crawlq.open_frontier(f"sqlite:///{tmp_path}/absolute.db") as frontier:
+        assert frontier.url == f"sqlite:///{tmp_path / 'absolute.db'}"
+    with crawlq.open_frontier("jobdir") as frontier:  # a plain path is a job directory
+        assert frontier.url == f"sqlite:///{tmp_path / 'jobdir' / 'crawlq.db'}"
+    with crawlq.open_frontier("sqlite:///jobdir") as frontier:  # ...in URL form too
+        assert frontier.url == f"sqlite:///{tmp_path / 'jobdir' / 'crawlq.db'}"
+    with pytest.raises(crawlq.ConfigError, match="three slashes"):
+        crawlq.open_frontier("sqlite://relative.db")
+    with pytest.raises(crawlq.ConfigError, match="does not exist"):
+        crawlq.open_frontier("sqlite:///missing/dir/job.db")
+    with pytest.raises(crawlq.ConfigError, match="synchronous"):
+        crawlq.open_frontier("sqlite:///x.db", synchronous="off")
 
 
 def test_fingerprinter_option_is_used() -> None:

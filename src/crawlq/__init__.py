@@ -13,15 +13,20 @@ out the next one in priority order at the right pace for each host.
 
 from ._errors import (
     ConfigError,
+    CorruptStore,
     CrawlqError,
     FrontierClosed,
+    IncompatibleStore,
     InvalidRequest,
+    JobLocked,
     LeaseError,
     QueueEmpty,
     QueueFull,
     SchedulerClosed,
     SerializationError,
     StoreError,
+    StoreFull,
+    StoreUnavailable,
 )
 from ._fingerprint import Fingerprinter
 from ._frontier import Frontier, FrontierStats
@@ -35,13 +40,16 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ConfigError",
+    "CorruptStore",
     "CrawlqError",
     "Fingerprinter",
     "Frontier",
     "FrontierClosed",
     "FrontierStats",
     "HostCount",
+    "IncompatibleStore",
     "InvalidRequest",
+    "JobLocked",
     "LeaseError",
     "Policy",
     "QueueEmpty",
@@ -52,6 +60,8 @@ __all__ = [
     "SchedulerStats",
     "SerializationError",
     "StoreError",
+    "StoreFull",
+    "StoreUnavailable",
     "__version__",
     "open_frontier",
 ]

@@ -13,6 +13,11 @@ CrawlqError
 ├── LeaseError             ack/release of a request this frontier never handed out
 ├── FrontierClosed         use of a closed frontier
 ├── StoreError             the store failed; nothing accepted is lost
+│   ├── JobLocked          another process is using the job
+│   ├── IncompatibleStore  not a crawlq store, a newer schema, other settings
+│   ├── CorruptStore       the store's data is damaged
+│   ├── StoreFull          no space left for the store
+│   └── StoreUnavailable   the store cannot be reached now (may pass)
 ├── QueueEmpty             Scheduler.get_nowait found nothing ready
 ├── QueueFull              Scheduler.add_nowait found the scheduler at maxsize
 └── SchedulerClosed        the scheduler was closed while waiting, or before
@@ -25,15 +30,20 @@ import asyncio
 
 __all__ = [
     "ConfigError",
+    "CorruptStore",
     "CrawlqError",
     "FrontierClosed",
+    "IncompatibleStore",
     "InvalidRequest",
+    "JobLocked",
     "LeaseError",
     "QueueEmpty",
     "QueueFull",
     "SchedulerClosed",
     "SerializationError",
     "StoreError",
+    "StoreFull",
+    "StoreUnavailable",
 ]
 
 
@@ -86,6 +96,49 @@ class StoreError(CrawlqError):
 
     The operation that raised did not take effect; everything accepted before
     it is still stored. The message names the store and what to check.
+    """
+
+
+class JobLocked(StoreError):
+    """Another process has the job open.
+
+    Raised at open; the message names the pid that holds the job. Nothing was
+    read or written. Stop that crawl, or use another job path.
+    """
+
+
+class IncompatibleStore(StoreError):
+    """The store exists but this frontier cannot use it as asked.
+
+    Raised at open for a file that is not a crawlq job, a job written by a
+    newer crawlq (newer schema), or a job created with settings that must not
+    change on resume (the fingerprint rules, LIFO order). Nothing is
+    overwritten; the message names the setting or the fix.
+    """
+
+
+class CorruptStore(StoreError):
+    """The store's data is damaged and cannot be read safely.
+
+    Raised at open or by the operation that met the damage. The message says
+    what was found; restore the job from a copy, or export what is readable.
+    """
+
+
+class StoreFull(StoreError):
+    """The store has no space left (a full disk, or Redis out of memory).
+
+    The operation that raised did not take effect; everything accepted
+    before it is still stored. Free space and retry.
+    """
+
+
+class StoreUnavailable(StoreError):
+    """The store cannot be reached now: connection refused, reset or timed out.
+
+    Raised after crawlq's own retries give up. The operation did not take
+    effect (or, for an ack, may have: acks are safe to repeat); nothing
+    accepted before it is lost.
     """
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Final
+from typing import Any, Final
 
-from ._errors import FrontierClosed, InvalidRequest, LeaseError
+import msgspec
+
+from ._errors import FrontierClosed, InvalidRequest, LeaseError, SerializationError
 from ._fingerprint import Fingerprinter
 from ._policy import Policy
 from ._request import Request, check_encodable, encode_request
@@ -32,6 +34,8 @@ class FrontierStats:
     store: str
     #: Per-host counts, busiest first, when asked for with ``hosts=True``.
     hosts: tuple[HostCount, ...] | None = None
+    #: Store-specific figures, e.g. a Bloom filter's fill ratio.
+    extra: Mapping[str, float] = field(default_factory=dict)
 
 
 class Frontier:
@@ -187,7 +191,36 @@ class Frontier:
         if hosts:
             limit = 50 if hosts is True else int(hosts)
             per_host = tuple(self._store.host_counts(limit))
-        return FrontierStats(counts.queued, counts.leased, counts.seen, self.url, per_host)
+        return FrontierStats(
+            counts.queued,
+            counts.leased,
+            counts.seen,
+            self.url,
+            per_host,
+            self._store.extra_stats(),
+        )
+
+    def load_state(self) -> dict[str, Any]:
+        """Return the crawler's key/value state, as last saved (like Scrapy's ``spider.state``).
+
+        Durable stores keep it across restarts; the memory store keeps it for
+        the life of the frontier.
+        """
+        self._check_open()
+        return self._store.load_state()
+
+    def save_state(self, state: Mapping[str, Any]) -> None:
+        """Replace the crawler's key/value state; values must be msgpack-able.
+
+        Raises `SerializationError` naming a value that cannot be stored.
+        """
+        self._check_open()
+        _check_state(state)
+        self._store.save_state(state)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise FrontierClosed(f"frontier {self.url} is closed")
 
     @property
     def closed(self) -> bool:
@@ -214,3 +247,15 @@ class Frontier:
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"<Frontier {self.url} {state}>"
+
+
+def _check_state(state: Mapping[str, Any]) -> None:
+    if not isinstance(state, Mapping):
+        raise SerializationError(f"state must be a mapping, not {type(state).__name__}")
+    for key, value in state.items():
+        if type(key) is not str:
+            raise SerializationError(f"state key {key!r} is not a str")
+        try:
+            msgspec.msgpack.encode(value)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise SerializationError(f"state[{key!r}] cannot be stored: {exc}") from None

@@ -391,3 +391,15 @@ def test_many_hosts_drain_completely_in_priority_order(open_store: OpenFrontier)
     for priority in set(priorities):
         same = [accepted[r.url] for r in popped if r.priority == priority]
         assert same == sorted(same), "FIFO within a priority"
+
+
+def test_crawler_state_round_trips(open_store: OpenFrontier) -> None:
+    frontier = open_store()
+    assert frontier.load_state() == {}
+    frontier.save_state({"items": 3, "cursor": {"page": [1, 2]}, "token": b"\x00"})
+    assert frontier.load_state() == {"items": 3, "cursor": {"page": [1, 2]}, "token": b"\x00"}
+    frontier.save_state({"items": 4})
+    assert frontier.load_state() == {"items": 4}
+    with pytest.raises(crawlq.SerializationError, match="bad"):
+        frontier.save_state({"bad": object()})
+    assert frontier.load_state() == {"items": 4}

@@ -43,9 +43,9 @@ Errors
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from .._request import Request
 
@@ -111,6 +111,18 @@ class Store(Protocol):
         None means nothing is queued or leased, so only an ``add`` can make a
         request ready.
         """
+        ...
+
+    def extra_stats(self) -> dict[str, float]:
+        """Store-specific figures for `FrontierStats.extra` (e.g. a filter's fill)."""
+        ...
+
+    def load_state(self) -> dict[str, Any]:
+        """Return the crawler's key/value state saved with `save_state`."""
+        ...
+
+    def save_state(self, state: Mapping[str, Any]) -> None:
+        """Replace the crawler's key/value state (msgpack-able values)."""
         ...
 
     def close(self) -> None:

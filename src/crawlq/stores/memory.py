@@ -12,7 +12,7 @@ matches a later lease. Lease deadlines arrive in pop order (one
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from heapq import heappop, heappush
 from typing import Any, Final, cast
 
@@ -72,6 +72,7 @@ class MemoryStore:
         self._seen = FingerprintSet()
         self._accepted = 0
         self._queued = 0
+        self._state: dict[str, Any] = {}
 
     def _forget(self, slot: Slot) -> None:
         del self._hosts[slot.name]
@@ -218,6 +219,15 @@ class MemoryStore:
             expiry = max(0.0, self._deadlines[0] - now)
             soonest = expiry if soonest is None else min(soonest, expiry)
         return soonest
+
+    def extra_stats(self) -> dict[str, float]:
+        return {}
+
+    def load_state(self) -> dict[str, Any]:
+        return dict(self._state)
+
+    def save_state(self, state: Mapping[str, Any]) -> None:
+        self._state = dict(state)
 
     def close(self) -> None:
         self._hosts.clear()

@@ -1,0 +1,249 @@
+"""Opening a SQLite job: paths, the single-writer lock, schema and settings checks.
+
+Everything here runs before the store touches a job, and refuses (with a
+typed error naming the fix) anything it should not write to: a path held by
+another process, a file that is not a crawlq job, a job from a newer crawlq,
+a damaged database, or settings that must not change on resume.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Final, NoReturn
+from urllib.parse import unquote
+
+from .. import __version__
+from .._errors import (
+    ConfigError,
+    CorruptStore,
+    IncompatibleStore,
+    JobLocked,
+    StoreError,
+    StoreFull,
+)
+
+__all__ = [
+    "APPLICATION_ID",
+    "SCHEMA_VERSION",
+    "JobLock",
+    "check_settings",
+    "connect",
+    "job_path",
+    "translate",
+]
+
+#: ``PRAGMA application_id`` of a crawlq job: "cwlq".
+APPLICATION_ID: Final = 0x63776C71
+#: ``PRAGMA user_version``: the layout of the tables below.
+SCHEMA_VERSION: Final = 1
+#: Database file name inside a job directory.
+DATABASE_NAME: Final = "crawlq.db"
+
+_SQLITE_HEADER: Final = b"SQLite format 3\x00"
+
+SCHEMA: Final = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE hosts (
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    queued INTEGER NOT NULL DEFAULT 0,
+    ready_at REAL NOT NULL DEFAULT 0,
+    head_negprio INTEGER,
+    head_seq INTEGER
+);
+CREATE INDEX hosts_with_requests ON hosts (queued) WHERE queued > 0;
+CREATE TABLE requests (
+    id INTEGER PRIMARY KEY,
+    host INTEGER NOT NULL,
+    negprio INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    payload BLOB NOT NULL
+);
+CREATE INDEX requests_in_order ON requests (host, negprio, seq);
+CREATE TABLE seen (fingerprint BLOB PRIMARY KEY) WITHOUT ROWID;
+CREATE TABLE state (key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;
+INSERT INTO counters (name, value) VALUES ('seen', 0), ('next_id', 1);
+"""
+
+
+def job_path(url: str) -> Path:
+    """Return the database file a ``sqlite:`` URL or a plain path names.
+
+    ``sqlite:///rel/job.db`` is relative and ``sqlite:////abs/job.db``
+    absolute (SQLAlchemy's convention). A plain path, or a URL naming an
+    existing directory, is a job directory holding ``crawlq.db``.
+    """
+    if url.startswith("sqlite:"):
+        rest = url[len("sqlite:") :]
+        if not rest.startswith("///") or len(rest) == 3:
+            raise ConfigError(
+                f"frontier URL {url!r}: write sqlite:///relative/job.db or "
+                "sqlite:////absolute/job.db (three slashes, then the path)"
+            )
+        path = Path(unquote(rest[3:].split("?", 1)[0]))
+        if path.is_dir():
+            return path / DATABASE_NAME
+        return path
+    path = Path(url)
+    if path.exists() and not path.is_dir():
+        return path
+    return path / DATABASE_NAME
+
+
+class JobLock:
+    """An exclusive lock on a job, held for as long as the frontier is open.
+
+    It is a ``flock`` on ``<database>.lock``, which the kernel releases when
+    the process dies, so a crash never leaves a stale lock behind.
+    """
+
+    def __init__(self, database: Path) -> None:
+        self.path = database.with_name(database.name + ".lock")
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        """Take the lock, or raise `JobLocked` naming the pid that holds it."""
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StoreError(f"cannot create the lock file {self.path}: {exc.strerror}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+            os.close(fd)
+            job = self.path.with_suffix("")
+            raise JobLocked(
+                f"job {job} is locked by pid {holder}; stop that crawl or use another job path"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, 0)
+            os.close(self._fd)  # closing drops the flock
+            self._fd = None
+
+
+@contextlib.contextmanager
+def translate(path: Path) -> Iterator[None]:
+    """Turn sqlite3 errors into crawlq's, naming the job and the fix."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        _raise_translated(path, exc)
+
+
+def _raise_translated(path: Path, exc: sqlite3.Error) -> NoReturn:
+    message = str(exc)
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code == sqlite3.SQLITE_FULL or "disk is full" in message:
+        raise StoreFull(
+            f"no space left for job {path} ({message}); the operation was not stored, "
+            "everything accepted before it is safe: free disk space and retry"
+        ) from None
+    if code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB) or "malformed" in message:
+        raise CorruptStore(
+            f"job {path} is damaged ({message}); restore it from a copy, or try "
+            "'crawlq export' to save what is readable"
+        ) from None
+    if code in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM):
+        raise StoreError(
+            f"job {path} cannot be written ({message}); check its permissions"
+        ) from None
+    raise StoreError(f"job {path}: {message}") from None
+
+
+def connect(path: Path, *, synchronous: str, read_only: bool = False) -> sqlite3.Connection:
+    """Open the database at ``path``; create the schema if the file is new.
+
+    Raises `IncompatibleStore` for a file that is not a crawlq job or is from
+    a newer crawlq, `CorruptStore` for a damaged one; nothing is written then.
+    """
+    exists = path.exists() and path.stat().st_size > 0
+    if exists:
+        with path.open("rb") as file:
+            header = file.read(len(_SQLITE_HEADER))
+        if header != _SQLITE_HEADER:
+            raise IncompatibleStore(
+                f"{path} is not a crawlq job (not a SQLite database); "
+                "point the frontier at a new path or at a crawlq job"
+            )
+    elif read_only:
+        raise StoreError(f"there is no crawlq job at {path}")
+    with translate(path):
+        if read_only:
+            connection = sqlite3.connect(
+                f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False
+            )
+        else:
+            connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        try:
+            _check_identity(connection, path, exists)
+            if not read_only:
+                connection.execute("PRAGMA journal_mode=WAL")
+                connection.execute(f"PRAGMA synchronous={synchronous}")
+            connection.execute("PRAGMA cache_size=-16384")  # 16 MiB of pages at most
+            connection.execute("PRAGMA temp_store=MEMORY")
+            if not exists and not read_only:
+                connection.executescript(
+                    f"BEGIN; {SCHEMA} PRAGMA application_id={APPLICATION_ID};"
+                    f" PRAGMA user_version={SCHEMA_VERSION}; COMMIT;"
+                )
+        except BaseException:
+            connection.close()
+            raise
+    return connection
+
+
+def _check_identity(connection: sqlite3.Connection, path: Path, exists: bool) -> None:
+    application_id = connection.execute("PRAGMA application_id").fetchone()[0]
+    version = connection.execute("PRAGMA user_version").fetchone()[0]
+    if not exists:
+        return
+    if application_id != APPLICATION_ID:
+        raise IncompatibleStore(
+            f"{path} is a SQLite database but not a crawlq job; nothing was changed: "
+            "point the frontier at a new path or at a crawlq job"
+        )
+    if version > SCHEMA_VERSION:
+        raise IncompatibleStore(
+            f"job {path} was written by a newer crawlq (schema {version}, this crawlq "
+            f"reads {SCHEMA_VERSION}); upgrade crawlq to resume it"
+        )
+
+
+def check_settings(
+    connection: sqlite3.Connection, path: Path, settings: dict[str, Any], *, write: bool
+) -> None:
+    """Record the job's settings when new; refuse to resume with different ones."""
+    rows = dict(connection.execute("SELECT key, value FROM meta").fetchall())
+    if not rows:
+        if write:
+            connection.execute("BEGIN")
+            connection.executemany(
+                "INSERT INTO meta (key, value) VALUES (?, ?)",
+                [
+                    ("crawlq_version", __version__),
+                    *((key, json.dumps(value, sort_keys=True)) for key, value in settings.items()),
+                ],
+            )
+            connection.execute("COMMIT")
+        return
+    for key, value in settings.items():
+        stored = rows.get(key)
+        if stored is not None and json.loads(stored) != value:
+            raise IncompatibleStore(
+                f"job {path} was created with {key}={stored}, not {json.dumps(value)}; "
+                f"resume it with the same {key}, or start a new job"
+            )
