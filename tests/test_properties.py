@@ -8,7 +8,10 @@ must agree.
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from dataclasses import dataclass, field
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -23,6 +26,7 @@ from hypothesis.stateful import (
 )
 
 import crawlq
+import crawlq.stores.sqlite as sqlite_store
 from crawlq import Request
 
 
@@ -103,7 +107,13 @@ HOSTS = ["a.example", "b.example", "c.example", "d.example"]
 
 
 class FrontierMachine(RuleBasedStateMachine):
+    """Drives the memory store; subclasses drive other stores the same way."""
+
     leases = Bundle("leases")
+    url = "memory://"
+
+    def open_frontier(self, **options: Any) -> crawlq.Frontier:
+        return crawlq.open_frontier(self.url, **options)
 
     @initialize(
         delay=st.sampled_from([0.0, 0.0, 1.0, 2.5]),
@@ -113,7 +123,7 @@ class FrontierMachine(RuleBasedStateMachine):
     def open(self, delay: float, concurrency: int | None, lifo: bool) -> None:
         self.clock = FakeClock()
         self.model = Model(delay, concurrency, lease_timeout=10.0, lifo=lifo)
-        self.frontier = crawlq.open_frontier(
+        self.frontier = self.open_frontier(
             host_delay=delay,
             host_concurrency=concurrency,
             lifo=lifo,
@@ -206,6 +216,52 @@ FrontierMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 test_memory_frontier_matches_model = FrontierMachine.TestCase
+
+
+class SqliteFrontierMachine(FrontierMachine):
+    """The same model against a SQLite job that flushes its log every few writes.
+
+    Flushing that often moves requests between the in-memory log view and the
+    index while they are queued, leased, released and expired, which is where
+    the store could lose or repeat one.
+    """
+
+    def open_frontier(self, **options: Any) -> crawlq.Frontier:
+        self.directory = tempfile.mkdtemp(prefix="crawlq-model-")
+        self.saved_flush_ops = sqlite_store._FLUSH_OPS
+        sqlite_store._FLUSH_OPS = 3  # type: ignore[misc]
+        return crawlq.open_frontier(self.directory, **options)
+
+    def teardown(self) -> None:
+        super().teardown()
+        if hasattr(self, "directory"):
+            sqlite_store._FLUSH_OPS = self.saved_flush_ops  # type: ignore[misc]
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    @precondition(lambda self: hasattr(self, "frontier"))
+    @rule()
+    def reopen(self) -> None:
+        """Close and reopen the job: leases end, everything else stays."""
+        options = {
+            "host_delay": self.model.delay,
+            "host_concurrency": self.model.concurrency,
+            "lifo": self.model.lifo,
+            "lease_timeout": self.model.lease_timeout,
+            "clock": self.clock,
+        }
+        self.frontier.close()
+        self.frontier = crawlq.open_frontier(self.directory, **options)
+        self.model.queued.extend(self.model.leased.values())
+        self.model.leased.clear()
+
+
+SqliteFrontierMachine.TestCase.settings = settings(
+    max_examples=60,
+    stateful_step_count=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+test_sqlite_frontier_matches_model = SqliteFrontierMachine.TestCase
 
 
 @settings(max_examples=60, deadline=None)

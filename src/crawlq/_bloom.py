@@ -18,34 +18,44 @@ _MIN_BITS: Final = 1 << 16
 
 
 class BloomFilter:
-    """A Bloom filter sized for ``capacity`` members at ``error_rate`` false positives."""
+    """A Bloom filter sized for ``capacity`` members at ``error_rate`` false positives.
 
-    __slots__ = ("_bits", "_count", "_hashes", "_size", "capacity", "error_rate")
+    The bit array has a power-of-two size, so positions are masked rather
+    than divided: ``first + i * step`` for ``i`` below the number of hashes,
+    with ``first`` and ``step`` read from the fingerprint's two halves.
+    """
+
+    __slots__ = ("_bits", "_count", "_hashes", "_mask", "capacity", "error_rate")
 
     def __init__(self, capacity: int, error_rate: float = 0.01) -> None:
         self.capacity = max(1, capacity)
         self.error_rate = error_rate
-        size = max(_MIN_BITS, math.ceil(-self.capacity * math.log(error_rate) / math.log(2) ** 2))
-        self._size = size
-        self._hashes = max(1, round(size / self.capacity * math.log(2)))
-        self._bits = bytearray((size + 7) // 8)
+        wanted = -self.capacity * math.log(error_rate) / math.log(2) ** 2
+        size = max(_MIN_BITS, 1 << math.ceil(math.log2(wanted)))
+        self._mask = size - 1
+        # The fewest hashes that keep the error rate at capacity: each costs
+        # a step of Python on every lookup.
+        ratio = size / self.capacity
+        self._hashes = next(
+            k for k in range(1, 64) if (1 - math.exp(-k / ratio)) ** k <= error_rate or k > ratio
+        )
+        self._bits = bytearray(size // 8)
         self._count = 0
 
     def __len__(self) -> int:
         """Members added (an upper bound on distinct members)."""
         return self._count
 
-    def _positions(self, fingerprint: bytes) -> list[int]:
-        first = int.from_bytes(fingerprint[:8], "little")
-        step = int.from_bytes(fingerprint[8:16], "little") | 1
-        size = self._size
-        return [(first + i * step) % size for i in range(self._hashes)]
-
     def add(self, fingerprint: bytes) -> None:
         """Record a fingerprint."""
         bits = self._bits
-        for position in self._positions(fingerprint):
-            bits[position >> 3] |= 1 << (position & 7)
+        mask = self._mask
+        position = int.from_bytes(fingerprint[:8], "little")
+        step = int.from_bytes(fingerprint[8:16], "little") | 1
+        for _ in range(self._hashes):
+            index = position & mask
+            bits[index >> 3] |= 1 << (index & 7)
+            position += step
         self._count += 1
 
     def update(self, fingerprints: Iterable[bytes]) -> None:
@@ -56,11 +66,17 @@ class BloomFilter:
     def __contains__(self, fingerprint: bytes) -> bool:
         """False means never added; True means maybe added."""
         bits = self._bits
-        for position in self._positions(fingerprint):
-            if not bits[position >> 3] & (1 << (position & 7)):
+        mask = self._mask
+        position = int.from_bytes(fingerprint[:8], "little")
+        step = int.from_bytes(fingerprint[8:16], "little") | 1
+        for _ in range(self._hashes):
+            index = position & mask
+            if not bits[index >> 3] >> (index & 7) & 1:
                 return False
+            position += step
         return True
 
     def estimated_error_rate(self) -> float:
         """The false-positive rate expected at the current fill."""
-        return float((1 - math.exp(-self._hashes * self._count / self._size)) ** self._hashes)
+        size = self._mask + 1
+        return float((1 - math.exp(-self._hashes * self._count / size)) ** self._hashes)

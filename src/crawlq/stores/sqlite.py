@@ -1,25 +1,35 @@
 """The SQLite store: a durable crawl job in one database file.
 
-Layout (see ``_sqlite_job.SCHEMA``): ``requests`` holds every queued or leased
-request, indexed by ``(host, -priority, seq)`` where ``seq`` is the acceptance
-number (negated for LIFO); ``hosts`` holds each host's count of requests, its
-pacing time and a hint of its best request; ``seen`` holds fingerprints;
-``meta``, ``counters`` and ``state`` hold settings, counts and the crawler's
-key/value state.
+Two layers live in the one database (see ``_sqlite_job.SCHEMA``):
 
-Durability: every ``add`` and ``ack`` is one transaction, committed to the WAL
-before it returns (``synchronous=NORMAL``: safe against a process kill, not
-against power loss; ``synchronous="full"`` adds an fsync per commit). Leases
-live in memory only: they are not worth a write per pop, because after a crash
-every request that was not acked is queued again, which is what a lease
-ending means. ``release`` therefore writes nothing either.
+- the **log** (``ops``): every ``add`` and ``ack`` appends one row and commits
+  it before returning. An append writes a page or two at the end of a table,
+  so a durable call costs about one page write, however its requests spread
+  over hosts. The log is the single ordered stream of writes: a parent's ack
+  is never durable before the children added while it was leased;
+- the **tables**: ``requests`` (indexed by ``(host, -priority, seq)``, where
+  ``seq`` is the acceptance number, negated for LIFO), ``hosts`` (row count,
+  pacing time, a lower-bound hint of the best request), ``seen``
+  (fingerprints) and ``counters``. Every few thousand logged requests, or a
+  quarter second, a *flush* applies the log to the tables and deletes it, in
+  one transaction: sorted bulk writes share pages, so the indexed writes cost
+  a fraction of one transaction per call.
 
-Memory: requests stay on disk. Each host with queued requests keeps a `Slot`
-in memory with the key of its best request and a cursor into the index; a pop
-reads that host's next two requests with one indexed query. A Bloom filter,
-rebuilt in a background thread after open, answers most "seen before?"
-questions for new URLs without a disk lookup; until it is ready, every lookup
-goes to disk.
+After a crash, opening flushes whatever the log holds (one flush window at
+most) and then reads only the ``hosts`` rows: O(1) in queued requests.
+Requests logged since the last flush are also kept in memory (each host's
+``fresh`` heap) so they can be handed out at once.
+
+Leases live in memory only: after a crash every request that was not acked is
+queued again, which is what a lease ending means, so ``pop`` and ``release``
+write nothing. Each host with requests keeps a `Slot` in memory holding the
+key of its best request, a cursor into the index and a small read-ahead; a pop
+from disk costs one indexed query per few requests. A Bloom filter, rebuilt
+in a background thread after open, keeps most lookups of new URLs off the
+disk; until it is ready, lookups go to disk.
+
+Durability: ``synchronous=NORMAL`` (default) survives a process kill, not a
+power loss; ``synchronous="full"`` also fsyncs every commit.
 """
 
 from __future__ import annotations
@@ -27,8 +37,9 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Mapping, Sequence
+from heapq import heappop, heappush
 from pathlib import Path
 from typing import Any, Final, cast
 
@@ -49,7 +60,17 @@ __all__ = ["OPTIONS", "SqliteStore", "open_store"]
 OPTIONS: Final = ("synchronous",)
 
 _Key = tuple[int, int]  # (-priority, seq)
+_Row = tuple[int, int, int, bytes]  # id, -priority, seq, payload
+_Fresh = tuple[int, int, int, bytes]  # -priority, seq, id, payload (heap order)
+
+_ADD: Final = 1
+_ACK: Final = 2
+_FLUSH_ROWS: Final = 4096  # logged requests and acks held before a flush
+_FLUSH_OPS: Final = 1024  # log rows held before a flush
+_FLUSH_AGE: Final = 0.25  # seconds a log row may wait for a flush
+_READ_AHEAD: Final = 4  # requests read from a host's index at once
 _BLOOM_MIN_CAPACITY: Final = 1 << 20
+_LOWEST_KEY: Final = (-(2**31) - 1, 0)
 
 
 def open_store(
@@ -69,19 +90,29 @@ def open_store(
 
 
 class _Host(Slot):
-    """A host with requests on disk: its slot, row id, count and index cursor."""
+    """A host of the job: its slot, and where its next requests are."""
 
-    __slots__ = ("count", "cursor", "exact", "id")
+    __slots__ = ("ahead", "count", "cursor", "exact", "fresh", "hidden", "id", "rewound")
 
-    def __init__(self, name: str, host_id: int) -> None:
+    def __init__(self, name: str, host_id: int | None) -> None:
         super().__init__(name)
+        #: Row id in ``hosts``; None until a flush writes the host.
         self.id = host_id
-        #: Rows of this host in ``requests``, leased ones included.
+        #: Requests of this host, leased ones included, acked ones not.
         self.count = 0
-        #: Rows up to this key have been handed out (or deleted); None: none.
+        #: Index rows up to this key were handed out (or are hidden); None: none.
         self.cursor: _Key | None = None
+        #: The next rows after the cursor, read ahead; None: read at next pop.
+        self.ahead: list[_Row] | None = [] if host_id is None else None
+        #: Requests logged since the last flush and not leased (a heap).
+        self.fresh: list[_Fresh] = []
+        #: Keys of rows in the tables that must not be handed out: leased, or
+        #: acked and waiting for the flush to delete them.
+        self.hidden: set[_Key] = set()
+        #: True while some hidden rows may lie after the cursor (it moved back).
+        self.rewound = False
         #: False while ``head`` is the stored hint, a lower bound of the truth.
-        self.exact = False
+        self.exact = host_id is None
 
 
 class SqliteStore:
@@ -98,18 +129,24 @@ class SqliteStore:
         self._clock = time.time if policy.clock is time.monotonic else policy.clock
         self._lifo = policy.lifo
         self._lease_timeout = policy.lease_timeout
+        self._closed = True
         self._lock = JobLock(path)
         self._lock.acquire()
         try:
             self._db = connect(path, synchronous=synchronous)
-            with translate(path):
-                check_settings(
-                    self._db,
-                    path,
-                    {"fingerprint": fingerprinter.describe(), "lifo": policy.lifo},
-                    write=True,
-                )
-                self._load()
+            try:
+                with translate(path):
+                    check_settings(
+                        self._db,
+                        path,
+                        {"fingerprint": fingerprinter.describe(), "lifo": policy.lifo},
+                        write=True,
+                    )
+                    self._apply_log({})
+                    self._load()
+            except BaseException:
+                self._db.close()
+                raise
         except BaseException:
             self._lock.release()
             raise
@@ -126,9 +163,16 @@ class SqliteStore:
         self._hosts: dict[str, _Host] = {}
         self._host_ids: dict[str, int] = {}
         self._rows = 0
-        self._leases: dict[int, tuple[int, int, int, _Host]] = {}  # id -> lease no, key
+        self._leases: dict[int, tuple[int, int, int, _Host]] = {}  # id -> lease no, key, host
         self._deadlines: deque[tuple[float, int, int]] = deque()
         self._lease_numbers = 0
+        # Since the last flush: logged rows not yet in the tables (id -> payload),
+        # acks of rows that are in the tables, fingerprints, and log rows.
+        self._unflushed: dict[int, bytes] = {}
+        self._unflushed_acks: dict[int, tuple[_Host, _Key]] = {}
+        self._unflushed_seen: set[bytes] = set()
+        self._log_rows = 0
+        self._log_since = 0.0
         now = self._clock()
         rows = db.execute(
             "SELECT id, name, queued, ready_at, head_negprio, head_seq FROM hosts WHERE queued > 0"
@@ -137,42 +181,38 @@ class SqliteStore:
             host = _Host(name, host_id)
             host.count = queued
             host.ready_at = ready_at
-            # The stored head is never worse than the truth (it is updated
-            # when an add improves it, not when a pop or ack worsens it), so
-            # filing by it keeps the order; the pop corrects it.
-            host.head = (head_negprio, head_seq) if head_negprio is not None else (-(2**31), 0)
+            # The stored head is never worse than the truth (an add improves
+            # it, a pop or an ack does not worsen it), so filing the host by it
+            # keeps the order; its first pop corrects it.
+            host.head = (head_negprio, head_seq) if head_negprio is not None else _LOWEST_KEY
             self._hosts[name] = host
             self._host_ids[name] = host_id
             self._rows += queued
             self._board.place(host, now)
         self._bloom: BloomFilter | None = None
-        self._bloom_pending: list[bytes] = []
         self._start_bloom(max(_BLOOM_MIN_CAPACITY, 2 * self._seen_count))
 
     def _start_bloom(self, capacity: int) -> None:
         """Build the filter from the seen table in a thread; lookups use disk until then."""
         self._bloom = None
-        self._bloom_pending = []
+        self._bloom_pending: list[bytes] = []
         self._bloom_ready: BloomFilter | None = None
-        self._bloom_error: BaseException | None = None
-        thread = threading.Thread(
+        self._bloom_thread = threading.Thread(
             target=self._build_bloom, args=(capacity,), name="crawlq-bloom", daemon=True
         )
-        self._bloom_thread = thread
-        thread.start()
+        self._bloom_thread.start()
 
     def _build_bloom(self, capacity: int) -> None:
         bloom = BloomFilter(capacity)
         try:
-            reader = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
+            reader = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
             try:
                 for (fingerprint,) in reader.execute("SELECT fingerprint FROM seen"):
                     bloom.add(fingerprint)
             finally:
                 reader.close()
-        except BaseException as exc:  # reported, then lookups simply stay on disk
-            self._bloom_error = exc
-            return
+        except sqlite3.Error:
+            return  # lookups simply stay on disk
         self._bloom_ready = bloom
 
     def _bloom_now(self) -> BloomFilter | None:
@@ -187,93 +227,124 @@ class SqliteStore:
     def _forget(self, slot: Slot) -> None:
         del self._hosts[slot.name]
 
-    # -- adding ---------------------------------------------------------------
+    # -- the log and the flush --------------------------------------------------
 
-    def add(self, entries: Sequence[Entry]) -> list[bool]:
-        self._check_open()
+    def _log(self, kind: int, items: list[Any]) -> None:
+        """Append one operation to the log; durable when this returns."""
+        self._db.execute("INSERT INTO ops (data) VALUES (?)", (_encode([kind, items]),))
+
+    def _after_write(self, now: float) -> None:
+        if not self._log_rows:
+            self._log_since = now
+        self._log_rows += 1
+        if (
+            self._log_rows >= _FLUSH_OPS
+            or len(self._unflushed) + len(self._unflushed_acks) >= _FLUSH_ROWS
+            or now - self._log_since >= _FLUSH_AGE
+        ):
+            self._flush(now)
+
+    def _apply_log(self, ready_at: Mapping[str, float]) -> dict[str, int]:
+        """Apply the log to the tables and empty it, in one transaction.
+
+        Returns the ids of the hosts it wrote. ``ready_at`` gives pacing times
+        to save for hosts known in memory.
+        """
         db = self._db
-        bloom = self._bloom_now()
-        added: list[bool] = []
-        new_fingerprints: list[tuple[bytes]] = []
-        batch_fingerprints: set[bytes] = set()
-        rows: list[tuple[int, str, int, int, bytes]] = []
-        next_id = self._next_id
-        lifo = self._lifo
-        with translate(self.path):
-            for fingerprint, host_name, request, payload in entries:
-                if not request.dont_filter:
-                    fingerprint = fingerprint[:16]
-                    if fingerprint in batch_fingerprints or (
-                        (bloom is None or fingerprint in bloom)
-                        and db.execute(
-                            "SELECT 1 FROM seen WHERE fingerprint = ?", (fingerprint,)
-                        ).fetchone()
-                    ):
-                        added.append(False)
-                        continue
-                    batch_fingerprints.add(fingerprint)
-                    new_fingerprints.append((fingerprint,))
-                assert payload is not None
-                row_id = next_id
-                next_id += 1
-                rows.append(
-                    (row_id, host_name, -request.priority, -row_id if lifo else row_id, payload)
-                )
-                added.append(True)
-            if not rows and not new_fingerprints:
-                return added
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                host_ids = self._resolve_hosts({row[1] for row in rows})
-                db.executemany("INSERT INTO seen (fingerprint) VALUES (?)", new_fingerprints)
-                db.executemany(
-                    "INSERT INTO requests (id, host, negprio, seq, payload) VALUES (?, ?, ?, ?, ?)",
-                    [(r[0], host_ids[r[1]], r[2], r[3], r[4]) for r in rows],
-                )
-                per_host: dict[str, tuple[int, _Key]] = {}
-                for _, name, negprio, seq, _ in rows:
-                    count, best = per_host.get(name, (0, (negprio, seq)))
-                    per_host[name] = (count + 1, min(best, (negprio, seq)))
-                db.executemany(
-                    "UPDATE hosts SET queued = queued + ?,"
-                    " head_negprio = CASE WHEN head_negprio IS NULL OR queued = 0"
-                    "   OR (?, ?) < (head_negprio, head_seq) THEN ? ELSE head_negprio END,"
-                    " head_seq = CASE WHEN head_negprio IS NULL OR queued = 0"
-                    "   OR (?, ?) < (head_negprio, head_seq) THEN ? ELSE head_seq END"
-                    " WHERE id = ?",
-                    [
-                        (count, *best, best[0], *best, best[1], host_ids[name])
-                        for name, (count, best) in per_host.items()
-                    ],
-                )
+        log = db.execute("SELECT id, data FROM ops ORDER BY id").fetchall()
+        if not log and not ready_at:
+            return {}
+        added: dict[int, tuple[str, int, int, bytes]] = {}
+        fingerprints: list[tuple[bytes]] = []
+        acked: list[tuple[int]] = []
+        delta: Counter[str] = Counter()
+        for _, data in log:
+            kind, items = _decode(data)
+            if kind == _ADD:
+                for row_id, host, negprio, seq, fingerprint, payload in items:
+                    added[row_id] = (host, negprio, seq, payload)
+                    if fingerprint:
+                        fingerprints.append((fingerprint,))
+            else:
+                for row_id, host in items:
+                    if added.pop(row_id, None) is None:
+                        acked.append((row_id,))
+                        delta[host] -= 1
+        best: dict[str, _Key] = {}
+        for host, negprio, seq, _ in added.values():
+            delta[host] += 1
+            key = (negprio, seq)
+            if host not in best or key < best[host]:
+                best[host] = key
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            host_ids = self._resolve_hosts(delta.keys() | ready_at.keys())
+            fingerprints.sort()
+            db.executemany("INSERT OR IGNORE INTO seen (fingerprint) VALUES (?)", fingerprints)
+            db.executemany(
+                "INSERT INTO requests (id, host, negprio, seq, payload) VALUES (?, ?, ?, ?, ?)",
+                sorted(
+                    (row_id, host_ids[host], negprio, seq, payload)
+                    for row_id, (host, negprio, seq, payload) in added.items()
+                ),
+            )
+            db.executemany("DELETE FROM requests WHERE id = ?", acked)
+            db.executemany(
+                "UPDATE hosts SET queued = queued + ?,"
+                " head_negprio = CASE WHEN ? IS NOT NULL AND (head_negprio IS NULL OR queued = 0"
+                "   OR (?, ?) < (head_negprio, head_seq)) THEN ? ELSE head_negprio END,"
+                " head_seq = CASE WHEN ? IS NOT NULL AND (head_negprio IS NULL OR queued = 0"
+                "   OR (?, ?) < (head_negprio, head_seq)) THEN ? ELSE head_seq END"
+                " WHERE id = ?",
+                [
+                    (change, *_hint(best.get(host), 0), *_hint(best.get(host), 1), host_ids[host])
+                    for host, change in delta.items()
+                ],
+            )
+            db.executemany(
+                "UPDATE hosts SET ready_at = ? WHERE id = ?",
+                [(when, host_ids[host]) for host, when in ready_at.items()],
+            )
+            if log:
+                next_id = max((row_id for row_id in added), default=0) + 1
                 db.execute(
                     "UPDATE counters SET value = CASE name WHEN 'seen' THEN value + ?"
-                    " ELSE ? END WHERE name IN ('seen', 'next_id')",
-                    (len(new_fingerprints), next_id),
+                    " ELSE max(value, ?) END WHERE name IN ('seen', 'next_id')",
+                    (len(fingerprints), next_id),
                 )
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-        # Committed: now, and only now, change what this process remembers.
-        self._next_id = next_id
-        self._seen_count += len(new_fingerprints)
+                db.execute("DELETE FROM ops WHERE id <= ?", (log[-1][0],))
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        return host_ids
+
+    def _flush(self, now: float) -> None:
+        """Apply the log to the tables, then move fresh requests to the index."""
+        paced = {h.name: h.ready_at for h in self._hosts.values() if h.ready_at > now}
+        with translate(self.path):
+            host_ids = self._apply_log(paced)
         self._host_ids.update(host_ids)
-        if bloom is not None:
-            for (fingerprint,) in new_fingerprints:
-                bloom.add(fingerprint)
-            if len(bloom) > 2 * bloom.capacity:
-                self._start_bloom(2 * self._seen_count)
-        else:
-            self._bloom_pending.extend(f for (f,) in new_fingerprints)
-        now = self._clock()
-        for name, (count, best) in per_host.items():
-            self._queued_more(name, host_ids[name], count, best, now)
-        self._rows += len(rows)
-        return added
+        for host, key in self._unflushed_acks.values():
+            host.hidden.discard(key)
+        for host in self._hosts.values():
+            if host.id is None:
+                host.id = host_ids.get(host.name)
+            if host.fresh:
+                # The fresh requests are in the index now: read them from there.
+                lowest = host.fresh[0]
+                self._rewind(host, (lowest[0], lowest[1]))
+                host.fresh = []
+            # Fresh requests leased before the flush are in the index now too,
+            # possibly after the cursor: the next scan must skip them.
+            host.rewound = bool(host.hidden)
+        self._unflushed.clear()
+        self._unflushed_acks.clear()
+        self._unflushed_seen.clear()
+        self._log_rows = 0
 
     def _resolve_hosts(self, names: set[str]) -> dict[str, int]:
-        known = self._host_ids
+        known = self._host_ids if hasattr(self, "_host_ids") else {}
         resolved = {name: known[name] for name in names if name in known}
         db = self._db
         for name in names - resolved.keys():
@@ -285,28 +356,99 @@ class SqliteStore:
                 resolved[name] = row[0]
         return resolved
 
-    def _queued_more(self, name: str, host_id: int, count: int, best: _Key, now: float) -> None:
-        host = self._hosts.get(name)
-        if host is None:
-            host = self._hosts[name] = _Host(name, host_id)
-            host.exact = True
+    # -- adding ---------------------------------------------------------------
+
+    def add(self, entries: Sequence[Entry]) -> list[bool]:
+        self._check_open()
+        db = self._db
+        bloom = self._bloom_now()
+        unflushed_seen = self._unflushed_seen
+        added: list[bool] = []
+        batch_fingerprints: set[bytes] = set()
+        items: list[tuple[int, str, int, int, bytes | None, bytes]] = []
+        next_id = self._next_id
+        lifo = self._lifo
+        with translate(self.path):
+            for fingerprint, host_name, request, payload in entries:
+                stored: bytes | None = None
+                if not request.dont_filter:
+                    stored = fingerprint[:16]
+                    if (
+                        stored in batch_fingerprints
+                        or stored in unflushed_seen
+                        or (
+                            (bloom is None or stored in bloom)
+                            and db.execute(
+                                "SELECT 1 FROM seen WHERE fingerprint = ?", (stored,)
+                            ).fetchone()
+                        )
+                    ):
+                        added.append(False)
+                        continue
+                    batch_fingerprints.add(stored)
+                assert payload is not None
+                row_id = next_id
+                next_id += 1
+                seq = -row_id if lifo else row_id
+                items.append((row_id, host_name, -request.priority, seq, stored, payload))
+                added.append(True)
+            if not items:
+                return added
+            self._log(_ADD, items)
+        # Logged: now, and only now, change what this process remembers.
+        self._next_id = next_id
+        self._seen_count += len(batch_fingerprints)
+        unflushed_seen |= batch_fingerprints
+        if bloom is not None:
+            bloom.update(batch_fingerprints)
+            if len(bloom) > 2 * bloom.capacity:
+                self._start_bloom(2 * self._seen_count)
+        else:
+            self._bloom_pending.extend(batch_fingerprints)
+        now = self._clock()
+        touched: set[_Host] = set()
+        for row_id, host_name, negprio, seq, _, payload in items:
+            host = self._hosts.get(host_name)
+            if host is None:
+                host = self._hosts[host_name] = self._revive(host_name)
+            host.count += 1
+            heappush(host.fresh, (negprio, seq, row_id, payload))
+            self._unflushed[row_id] = payload
+            self._improve(host, (negprio, seq))
+            touched.add(host)
+        for host in touched:
+            if host.state != DELAYED:
+                self._board.place(host, now)
+        self._rows += len(items)
+        self._after_write(now)
+        return added
+
+    def _revive(self, name: str) -> _Host:
+        """Make the in-memory host for a name that has no requests now."""
+        host_id = self._host_ids.get(name)
+        host = _Host(name, host_id)
+        host.ahead = []  # no rows of it in the index: it had no requests
+        host.exact = True
+        if host_id is not None:
             row = self._db.execute("SELECT ready_at FROM hosts WHERE id = ?", (host_id,)).fetchone()
             host.ready_at = row[0] if row else 0.0
-        host.count += count
-        self._improve(host, best)
-        if host.state != DELAYED:
-            self._board.place(host, now)
+        return host
 
     def _improve(self, host: _Host, key: _Key) -> None:
-        """A request with ``key`` became available on this host again."""
+        """Record that a request with ``key`` is available on this host."""
         head = host.head
         if head is None or key < head:
             # Better than the best known (exact or a lower bound): exact now.
             host.head = key
             host.exact = True
+
+    def _rewind(self, host: _Host, key: _Key) -> None:
+        """A row with ``key`` is in the index and available: read from it again."""
         cursor = host.cursor
         if cursor is not None and key <= cursor:
             host.cursor = (key[0], key[1] - 1)
+            host.rewound = bool(host.hidden)
+        host.ahead = None
 
     # -- popping --------------------------------------------------------------
 
@@ -322,32 +464,65 @@ class SqliteStore:
                 if slot is None:
                     return None
                 host = cast(_Host, slot)
-                rows = self._scan(host, 2)
-                if not rows:
+                if host.ahead is None:
+                    host.ahead = self._scan(host)
+                ahead = host.ahead
+                fresh = host.fresh
+                from_disk = bool(ahead) and (not fresh or (ahead[0][1], ahead[0][2]) < fresh[0][:2])
+                if from_disk:
+                    row = ahead[0]
+                elif fresh:
+                    negprio, seq, row_id, payload = fresh[0]
+                    row = (row_id, negprio, seq, payload)
+                else:
                     host.head = None
+                    host.exact = True
                     board.place(host, now)
                     continue
-                first = rows[0]
-                key = (first[1], first[2])
+                key = (row[1], row[2])
                 if key != host.head:
                     # The stored hint was optimistic: file the host by its true head.
                     host.head = key
                     host.exact = True
                     board.place(host, now)
                     continue
-                host.cursor = key
-                host.head = (rows[1][1], rows[1][2]) if len(rows) > 1 else None
+                if from_disk:
+                    del ahead[0]
+                    host.cursor = key
+                    if not ahead:
+                        host.ahead = self._scan(host)
+                else:
+                    heappop(fresh)
+                host.head = self._head(host)
                 host.exact = True
                 board.popped(host, now)
-                return self._lease(host, first, now)
+                return self._lease(host, row, now)
 
-    def _scan(self, host: _Host, limit: int) -> list[tuple[int, int, int, bytes]]:
-        """Return the host's next ``limit`` requests after its cursor that are not leased.
+    @staticmethod
+    def _head(host: _Host) -> _Key | None:
+        ahead = host.ahead
+        fresh = host.fresh
+        disk = (ahead[0][1], ahead[0][2]) if ahead else None
+        new = (fresh[0][0], fresh[0][1]) if fresh else None
+        if disk is None or (new is not None and new < disk):
+            return new
+        return disk
 
-        At most ``host.leased`` of the rows after the cursor can be leased, so
-        reading that many more is always enough.
+    def _scan(self, host: _Host) -> list[_Row]:
+        """Read the host's next requests after its cursor from the index.
+
+        Rows are handed out in key order, so hidden rows lie at or before the
+        cursor unless it moved back; then reading as many more rows as are
+        hidden after it is enough.
         """
-        wanted = limit + host.leased
+        if host.id is None:
+            return []
+        after = 0
+        if host.rewound:
+            cursor = host.cursor
+            after = sum(1 for key in host.hidden if cursor is None or key > cursor)
+            host.rewound = after > 0
+        wanted = _READ_AHEAD + after
         if host.cursor is None:
             rows = self._db.execute(
                 "SELECT id, negprio, seq, payload FROM requests WHERE host = ?"
@@ -360,16 +535,17 @@ class SqliteStore:
                 " AND (negprio, seq) > (?, ?) ORDER BY negprio, seq LIMIT ?",
                 (host.id, *host.cursor, wanted),
             ).fetchall()
-        if host.leased:
-            leases = self._leases
-            rows = [row for row in rows if row[0] not in leases]
-        return rows[:limit]
+        if after:
+            hidden = host.hidden
+            rows = [row for row in rows if (row[1], row[2]) not in hidden]
+        return rows[:_READ_AHEAD]
 
-    def _lease(self, host: _Host, row: tuple[int, int, int, bytes], now: float) -> Request:
+    def _lease(self, host: _Host, row: _Row, now: float) -> Request:
         request = decode_request(row[3])
         self._lease_numbers += 1
         number = self._lease_numbers
         self._leases[row[0]] = (number, row[1], row[2], host)
+        host.hidden.add((row[1], row[2]))
         self._deadlines.append((now + self._lease_timeout, row[0], number))
         request._lease = (self, row[0], number)
         return request
@@ -385,7 +561,14 @@ class SqliteStore:
     def _requeue(self, row_id: int, now: float) -> None:
         _, negprio, seq, host = self._leases.pop(row_id)
         host.leased -= 1
-        self._improve(host, (negprio, seq))
+        key = (negprio, seq)
+        host.hidden.discard(key)
+        payload = self._unflushed.get(row_id)
+        if payload is not None:
+            heappush(host.fresh, (negprio, seq, row_id, payload))
+        else:
+            self._rewind(host, key)
+        self._improve(host, key)
         if host.state != DELAYED:
             self._board.place(host, now)
 
@@ -410,33 +593,25 @@ class SqliteStore:
         row_ids = self._current(leases)
         if not row_ids:
             return
-        now = self._clock()
-        hosts: dict[int, tuple[_Host, int]] = {}
-        for row_id in row_ids:
-            host = self._leases[row_id][3]
-            hosts[host.id] = (host, hosts.get(host.id, (host, 0))[1] + 1)
-        db = self._db
         with translate(self.path):
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                db.executemany("DELETE FROM requests WHERE id = ?", [(r,) for r in row_ids])
-                db.executemany(
-                    "UPDATE hosts SET queued = queued - ?, ready_at = ? WHERE id = ?",
-                    [(count, host.ready_at, host.id) for host, count in hosts.values()],
-                )
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
+            self._log(_ACK, [(row_id, self._leases[row_id][3].name) for row_id in row_ids])
+        now = self._clock()
+        touched: set[_Host] = set()
         for row_id in row_ids:
-            host = self._leases.pop(row_id)[3]
+            _, negprio, seq, host = self._leases.pop(row_id)
             host.leased -= 1
             host.count -= 1
+            if self._unflushed.pop(row_id, None) is not None:
+                host.hidden.discard((negprio, seq))  # never reached the tables
+            else:
+                self._unflushed_acks[row_id] = (host, (negprio, seq))
+            touched.add(host)
         self._rows -= len(row_ids)
-        for host, _ in hosts.values():
+        for host in touched:
             if host.state != DELAYED:
                 self._board.place(host, now)
         self._trim_deadlines()
+        self._after_write(now)
 
     def release(self, leases: Sequence[object]) -> None:
         self._check_open()
@@ -498,11 +673,11 @@ class SqliteStore:
         self._check_open()
         with translate(self.path):
             rows = self._db.execute("SELECT key, value FROM state").fetchall()
-        return {key: msgspec.msgpack.decode(value) for key, value in rows}
+        return {key: _decode(value) for key, value in rows}
 
     def save_state(self, state: Mapping[str, Any]) -> None:
         self._check_open()
-        encoded = [(key, msgspec.msgpack.encode(value)) for key, value in state.items()]
+        encoded = [(key, _encode(value)) for key, value in state.items()]
         db = self._db
         with translate(self.path):
             db.execute("BEGIN IMMEDIATE")
@@ -521,21 +696,28 @@ class SqliteStore:
             raise FrontierClosed(f"job {self.path} is closed")
 
     def close(self) -> None:
-        """Save pacing times, close the database and release the job lock."""
+        """Flush the log, save pacing times, close the database, release the lock."""
         if self._closed:
             return
         self._closed = True
         try:
+            self._flush(self._clock())
             with translate(self.path):
-                paced = [(h.ready_at, h.id) for h in self._hosts.values() if h.ready_at]
-                if paced:
-                    self._db.execute("BEGIN IMMEDIATE")
-                    self._db.executemany("UPDATE hosts SET ready_at = ? WHERE id = ?", paced)
-                    self._db.execute("COMMIT")
                 self._db.execute("PRAGMA optimize")
         except StoreError:
-            pass  # pacing times are a courtesy; the requests are safe already
+            pass  # the log is durable: the next open applies it
         finally:
             self._bloom_thread.join(timeout=5)
             self._db.close()
             self._lock.release()
+
+
+_encode: Final = msgspec.msgpack.encode
+_decode: Final = msgspec.msgpack.decode
+
+
+def _hint(key: _Key | None, column: int) -> tuple[int | None, ...]:
+    """Parameters of the head-hint CASE for one column: (test, negprio, seq, value)."""
+    if key is None:
+        return (None, None, None, None)
+    return (key[0], key[0], key[1], key[column])
