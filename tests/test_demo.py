@@ -2,19 +2,29 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import signal
 import subprocess
 import sys
-from collections import deque
+import time
+from collections import Counter, deque
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 import crawlq
-from crawlq._demo import DemoConfig, run_demo
+from crawlq._demo import DemoConfig, DemoProgress, run_demo
 from crawlq._demo.site import PageKey, generate_site
 from crawlq.cli import DEMO_NEEDS_AIOHTTP, app
 
 runner = CliRunner()
+
+
+def flat(text: str) -> str:
+    """``text`` with rich's line wrapping undone."""
+    return " ".join(text.split())
 
 
 def test_site_is_deterministic_and_reachable() -> None:
@@ -53,7 +63,7 @@ def test_config_is_checked() -> None:
 
 async def test_small_crawl_fetches_every_page_exactly_once() -> None:
     config = DemoConfig(pages=300, hosts=20, delay=0, concurrency=2, workers=32, seed=3)
-    snapshots = []
+    snapshots: list[DemoProgress] = []
     result = await run_demo(config, on_progress=snapshots.append, progress_interval=0.02)
 
     assert result.complete, (result.missing, result.repeated)
@@ -109,23 +119,61 @@ async def test_single_address_fallback_paces_by_port() -> None:
     assert set(result.max_concurrency) == {1}
 
 
-def test_cli_demo_prints_summary_and_exits_zero() -> None:
-    result = runner.invoke(app, ["demo", "--pages", "200", "--hosts", "20"])
+def test_cli_demo_prints_summary_and_exits_zero(tmp_path: Path) -> None:
+    job = tmp_path / "job"
+    result = runner.invoke(app, ["demo", "--pages", "200", "--hosts", "20", "--job", str(job)])
     assert result.exit_code == 0, result.output
     for text in ("Pages fetched", "Hosts", "Duplicates filtered", "Errors", "Elapsed", "Pages/s"):
         assert text in result.output
     assert "every one of the 200 pages was fetched exactly once" in result.output
+    assert f"job: {job}" in result.output
+    assert "(new)" in result.output
+    # The same command again: nothing left to do.
+    again = runner.invoke(app, ["demo", "--pages", "200", "--hosts", "20", "--job", str(job)])
+    assert again.exit_code == 0, again.output
+    assert "is already complete" in flat(again.output)
+    assert "add --fresh" in flat(again.output)
+    # --fresh starts over.
+    fresh = runner.invoke(
+        app, ["demo", "--pages", "200", "--hosts", "20", "--job", str(job), "--fresh"]
+    )
+    assert fresh.exit_code == 0, fresh.output
+    assert "(new)" in fresh.output
+    assert "every one of the 200 pages was fetched exactly once" in fresh.output
 
 
-def test_cli_demo_fails_when_a_page_is_fetched_twice(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_demo_fails_when_a_page_is_fetched_twice(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     # Without ignoring utm_* parameters, tracking links refetch their pages:
     # the server-side check must catch it and the command must fail.
     import crawlq._demo.run as demo_run
 
     monkeypatch.setattr(demo_run, "Fingerprinter", lambda **options: crawlq.Fingerprinter())
-    result = runner.invoke(app, ["demo", "--pages", "200", "--hosts", "20", "--delay", "0"])
+    result = runner.invoke(
+        app, ["demo", "--pages", "200", "--hosts", "20", "--delay", "0", "--job", str(tmp_path)]
+    )
     assert result.exit_code == 1, result.output
     assert "URLs fetched more than once" in result.output
+
+
+def test_cli_demo_refuses_another_site_in_the_job(tmp_path: Path) -> None:
+    job = str(tmp_path / "job")
+    first = runner.invoke(app, ["demo", "--pages", "100", "--hosts", "10", "--job", job])
+    assert first.exit_code == 0, first.output
+    other = runner.invoke(app, ["demo", "--pages", "120", "--hosts", "10", "--job", job])
+    assert other.exit_code == 1
+    assert other.stderr.startswith("error: ")
+    assert "--pages 100 --hosts 10 --seed 0" in flat(other.stderr)
+    assert "Traceback" not in other.output
+
+
+def test_cli_demo_fresh_deletes_only_a_demo_job(tmp_path: Path) -> None:
+    (tmp_path / "thesis.tex").write_text("precious")
+    result = runner.invoke(app, ["demo", "--pages", "100", "--job", str(tmp_path), "--fresh"])
+    assert result.exit_code == 1
+    assert "holds files that are not part of a demo job (thesis.tex)" in flat(result.stderr)
+    assert (tmp_path / "thesis.tex").read_text() == "precious"
 
 
 def test_cli_rejects_more_hosts_than_pages() -> None:
@@ -155,3 +203,104 @@ def test_cli_version_and_help() -> None:
     result = runner.invoke(app, ["--help"])
     assert result.exit_code == 0
     assert "demo" in result.output
+
+
+# -- stopping and resuming ----------------------------------------------------
+
+
+async def test_a_stopped_crawl_resumes_where_it_stopped(tmp_path: Path) -> None:
+    config = DemoConfig(pages=400, hosts=10, delay=0.005, concurrency=2, workers=16, seed=2)
+    stop = asyncio.Event()
+
+    def stop_early(snapshot: DemoProgress) -> None:
+        if snapshot.fetched >= 80:
+            stop.set()
+
+    first = await run_demo(
+        config, job=tmp_path, stop=stop, on_progress=stop_early, progress_interval=0.01
+    )
+    assert first.interrupted and not first.complete
+    assert 80 <= first.fetched < first.expected_fetches
+    assert first.queued > 0
+    assert first.runs == 1
+
+    second = await run_demo(config, job=tmp_path)
+    assert second.resumed and second.runs == 2
+    assert not second.interrupted
+    assert second.refetch_bound == first.in_flight_at_stop
+    assert second.complete, (second.missing, second.repeated)
+    assert second.refetches <= second.refetch_bound
+    assert second.seen == second.expected_fetches
+    # Seeds were not added again: every link counted once is new or a duplicate.
+    assert second.links == second.seen + second.duplicates
+
+    third = await run_demo(config, job=tmp_path)
+    assert third.already_complete and third.complete
+    assert third.fetched == second.fetched
+
+
+def fetch_log(job: Path) -> Counter[tuple[int, str]]:
+    counts: Counter[tuple[int, str]] = Counter()
+    log = job / "demo-fetches.log"
+    if log.exists():
+        for line in log.read_bytes().splitlines():
+            host, path = json.loads(line)
+            counts[(host, path)] += 1
+    return counts
+
+
+def demo_process(job: Path, *options: str) -> subprocess.Popen[str]:
+    code = "import sys; from crawlq.cli import main; sys.argv[0] = 'crawlq'; main()"
+    args = ["demo", "--pages", "600", "--hosts", "10", "--delay", "0.05", "--job", str(job)]
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *args, *options],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for_fetches(job: Path, process: subprocess.Popen[str], count: int) -> None:
+    deadline = time.monotonic() + 60
+    while sum(fetch_log(job).values()) < count:
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "the demo fetched too little"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGKILL])
+def test_cli_demo_resumes_after_ctrl_c_or_kill(tmp_path: Path, stop_signal: int) -> None:
+    job = tmp_path / "job"
+    process = demo_process(job)
+    wait_for_fetches(job, process, 100)
+    process.send_signal(stop_signal)
+    out, err = process.communicate(timeout=60)
+    if stop_signal == signal.SIGINT:
+        assert process.returncode in (130, 0), (out, err)
+        assert "Traceback" not in err
+        if process.returncode == 130:
+            assert "run the same command to resume" in flat(out)
+    else:
+        assert process.returncode == -signal.SIGKILL
+    stopped_at = fetch_log(job)
+    site = generate_site(600, 10, seed=0)
+    assert 100 <= sum(stopped_at.values()) < site.expected_fetches
+
+    again = demo_process(job)
+    out, err = again.communicate(timeout=120)
+    assert again.returncode == 0, (out, err)
+    assert "(resumed)" in out
+    assert "Re-fetched after resume" in out
+    fetches = fetch_log(job)
+    assert set(site.pages) <= set(fetches)  # every page fetched at least once
+    with crawlq.open_frontier(
+        str(job), fingerprinter=crawlq.Fingerprinter(ignore_query_params=["utm_*"])
+    ) as frontier:
+        state = frontier.load_state()
+        assert len(frontier) == 0
+    refetches = sum(n - 1 for n in fetches.values())
+    # Ctrl-C: the requests released at the stop; kill: at most one per worker.
+    assert refetches <= state["refetch_bound"]
+    if stop_signal == signal.SIGKILL:
+        assert state["refetch_bound"] == 32
+    assert state["runs"] == 2 and not state["running"]

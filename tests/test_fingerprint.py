@@ -221,3 +221,25 @@ def test_scrapy_mode_with_headers_and_fragments_matches_scrapy() -> None:
 def test_scrapy_mode_refuses_param_rules() -> None:
     with pytest.raises(crawlq.ConfigError, match="scrapy"):
         Fingerprinter(mode="scrapy", ignore_query_params=["utm_*"])
+
+
+@pytest.mark.parametrize(
+    "fingerprinter",
+    [
+        Fingerprinter(),
+        Fingerprinter(keep_fragments=True, ignore_query_params=["utm_*", "sid", "ref?"]),
+        Fingerprinter(keep_query_params=["id", "page[0-9]"], include_headers=["Accept"]),
+        Fingerprinter(mode="scrapy", include_headers=["cookie"]),
+    ],
+)
+def test_description_rebuilds_an_equal_fingerprinter(fingerprinter: Fingerprinter) -> None:
+    description = fingerprinter.describe()
+    rebuilt = Fingerprinter.from_description(description)
+    assert rebuilt.describe() == description
+    request = Request("https://e.com/a?utm_x=1&id=2&page3=4&sid=5#f", headers={"Accept": "x"})
+    assert rebuilt.fingerprint(request) == fingerprinter.fingerprint(request)
+
+
+def test_bad_description_is_a_config_error() -> None:
+    with pytest.raises(crawlq.ConfigError):
+        Fingerprinter.from_description({"mode": "crawlq"})

@@ -29,8 +29,8 @@ import fnmatch
 import hashlib
 import json
 import re
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Final, Literal
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import msgspec
 
@@ -108,9 +108,12 @@ def _remove_dot_segments(path: str) -> str:
 class _ParamFilter:
     """Which query parameters take part in the fingerprint."""
 
-    __slots__ = ("_keep", "_names", "_patterns")
+    __slots__ = ("_keep", "_names", "_patterns", "given")
 
     def __init__(self, patterns: Iterable[str], *, keep: bool) -> None:
+        patterns = list(patterns)
+        #: The names and globs as given, sorted: what a job records.
+        self.given = sorted(set(patterns)) if all(isinstance(p, str) for p in patterns) else []
         names: set[str] = set()
         globs: list[str] = []
         for pattern in patterns:
@@ -204,20 +207,38 @@ class Fingerprinter:
     def __repr__(self) -> str:
         return f"Fingerprinter(mode={self.mode!r}, keep_fragments={self.keep_fragments})"
 
-    def describe(self) -> dict[str, object]:
-        """Return the settings that decide fingerprints, for a job to record and check."""
+    def describe(self) -> dict[str, Any]:
+        """Return the settings that decide fingerprints, for a job to record and check.
+
+        `from_description` turns the result back into an equal fingerprinter.
+        """
+        query = self._filter
         return {
             "mode": self.mode,
             "keep_fragments": self.keep_fragments,
-            "filter": None
-            if self._filter is None
-            else {
-                "keep": self._filter._keep,
-                "names": sorted(self._filter._names),
-                "patterns": self._filter._patterns.pattern if self._filter._patterns else None,
-            },
+            "ignore_query_params": query.given if query is not None and not query._keep else [],
+            "keep_query_params": query.given if query is not None and query._keep else None,
             "include_headers": list(self.include_headers),
         }
+
+    @classmethod
+    def from_description(cls, description: Mapping[str, Any]) -> Fingerprinter:
+        """Rebuild the fingerprinter that `describe` described.
+
+        Raises `ConfigError` for a description this crawlq cannot rebuild.
+        """
+        try:
+            return cls(
+                mode=description["mode"],
+                keep_fragments=description["keep_fragments"],
+                ignore_query_params=description["ignore_query_params"],
+                keep_query_params=description["keep_query_params"],
+                include_headers=description["include_headers"],
+            )
+        except (KeyError, TypeError) as exc:
+            raise ConfigError(
+                f"fingerprint settings {description!r} are not a crawlq description ({exc})"
+            ) from None
 
     def canonical_url(self, url: str) -> str:
         """Return the canonical form of ``url`` used for deduplication.

@@ -1,25 +1,55 @@
 """The ``crawlq`` command line: one typer app, one function per command.
 
-``crawlq demo`` crawls a generated site served on loopback. Commands that work
-on a frontier (inspect, export, import, purge) are meant to be added here as
-further ``@app.command()`` functions. Heavy or optional imports (aiohttp for
-the demo) happen inside the command that needs them, so ``crawlq --help``
+``crawlq demo`` crawls a generated site served on loopback, in a resumable
+job directory. ``crawlq inspect``, ``export`` and ``import`` work on a job:
+the first two read it without locking it (so they work while a crawl runs),
+``import`` opens it like a crawler would. Heavy or optional imports (aiohttp
+for the demo) happen inside the command that needs them, so ``crawlq --help``
 works with only the core dependencies installed.
+
+Every crawlq error ends a command with one line, ``error: <message>``, on
+stderr and exit code 1; never a traceback.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated, Final
+import contextlib
+import importlib
+import os
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Final, NoReturn, cast
 
 import typer
 from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 
 from . import __version__
+from ._errors import ConfigError, CrawlqError, InvalidRequest
+from ._fingerprint import Fingerprinter
+from ._jobfile import JobReport, decode_line, encode_line
+from ._open import _SCHEME_ALIASES, _scheme, open_frontier
+from ._request import Request
+
+if TYPE_CHECKING:
+    from ._demo import DemoProgress, DemoResult
 
 __all__ = ["app", "main"]
 
 DEMO_NEEDS_AIOHTTP: Final = "crawlq demo needs aiohttp: pip install 'crawlq[demo]'"
+DEFAULT_DEMO_JOB: Final = "crawlq-demo-job"
+#: Bad lines ``crawlq import`` lists before summing up the rest.
+MAX_BAD_LINES: Final = 20
+#: Where each store's read-only job functions live: ``inspect(url, *, top) ->
+#: JobReport`` and ``export(url) -> Iterator[Request]``.
+_JOB_READERS: Final = {
+    "sqlite": "crawlq.stores._sqlite_inspect",
+    "redis": "crawlq.stores.redis",
+}
 
 app = typer.Typer(
     name="crawlq",
@@ -27,6 +57,29 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+JobArgument = Annotated[
+    str,
+    typer.Argument(
+        help="The job: a job directory, its database file, or a frontier URL "
+        "such as sqlite:///job.db.",
+        show_default=False,
+    ),
+]
+
+
+def _fail(message: str) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(1)
+
+
+@contextlib.contextmanager
+def _clean_errors() -> Iterator[None]:
+    """Turn a crawlq error into one ``error: ...`` line on stderr and exit code 1."""
+    try:
+        yield
+    except CrawlqError as exc:
+        _fail(str(exc))
 
 
 def _show_version(value: bool) -> None:
@@ -64,14 +117,26 @@ def demo(
     ] = 2,
     workers: Annotated[int, typer.Option(min=1, help="Crawler workers.")] = 32,
     seed: Annotated[int, typer.Option(help="Seed of the site generator.")] = 0,
+    job: Annotated[
+        Path,
+        typer.Option(
+            help="Job directory: Ctrl-C stops the crawl, the same command resumes it.",
+            file_okay=False,
+        ),
+    ] = Path(DEFAULT_DEMO_JOB),
+    fresh: Annotated[
+        bool, typer.Option("--fresh", help="Delete the job directory's crawl and start over.")
+    ] = False,
 ) -> None:
     """Crawl a generated site on loopback with crawlq, live, and check the crawl.
 
     Serves a few thousand linked pages (with duplicates, tracking parameters,
     404s and 500s) from one aiohttp server per host on 127.0.0.2 and up, crawls
-    them with an async crawler fed by a crawlq Scheduler over a memory
-    frontier, and prints a summary. Exits 1 unless every page of the site was
-    fetched exactly once.
+    them with an async crawler fed by a crawlq Scheduler over a SQLite job in
+    --job, and prints a summary. Ctrl-C stops cleanly (exit 130); the same
+    command resumes the job where it stopped. Exits 1 unless every page of the
+    site was fetched exactly once (requests in flight at a stop may be fetched
+    once more).
     """
     console = Console()
     try:
@@ -94,8 +159,55 @@ def demo(
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
-    with LiveProgress(console) as live:
-        result = asyncio.run(run_demo(config, on_progress=live.update))
+    job_dir = job.absolute()
+    console.print(Text(f"job: {job_dir}", style="dim"))
+
+    async def crawl(on_progress: Callable[[DemoProgress], None]) -> DemoResult:
+        # First Ctrl-C: stop cleanly. The handler is then gone, so a second
+        # one interrupts at once (the job stays consistent either way).
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def on_sigint() -> None:
+            stop.set()
+            loop.remove_signal_handler(signal.SIGINT)
+
+        loop.add_signal_handler(signal.SIGINT, on_sigint)
+        try:
+            return await run_demo(
+                config, job=job_dir, fresh=fresh, stop=stop, on_progress=on_progress
+            )
+        finally:
+            loop.remove_signal_handler(signal.SIGINT)
+
+    with _clean_errors():
+        try:
+            with LiveProgress(console) as live:
+                result = asyncio.run(crawl(live.update))
+        except KeyboardInterrupt:
+            typer.echo(f"interrupted; run the same command to resume {job_dir}", err=True)
+            raise typer.Exit(130) from None
+    if result.already_complete:
+        console.print(
+            Text(
+                f"job {job_dir} is already complete ({result.fetched:,} pages fetched in "
+                f"{result.runs} run{'s' if result.runs > 1 else ''}); "
+                "add --fresh to crawl it again"
+            )
+        )
+        console.print(verdict(result), highlight=False)
+        if not result.complete:
+            raise typer.Exit(1)
+        return
+    if result.interrupted:
+        console.print(
+            Text(
+                f"stopped: {result.fetched:,} of {result.expected_fetches:,} fetched, "
+                f"{result.queued:,} requests left in the job, {result.in_flight_at_stop} put "
+                "back unfinished; run the same command to resume (--fresh starts over)"
+            )
+        )
+        raise typer.Exit(130)
     if result.single_address:
         console.print(
             "[yellow]note:[/] 127.0.0.2 and up could not be bound here, so every host was "
@@ -105,6 +217,237 @@ def demo(
     console.print(verdict(result), highlight=False)
     if not result.complete:
         raise typer.Exit(1)
+
+
+# -- jobs -----------------------------------------------------------------------
+
+
+def _job_reader(job: str, name: str) -> Callable[..., Any]:
+    """Return the function ``name`` (inspect, export) of the store module for ``job``.
+
+    Raises `ConfigError` for a memory frontier, an unknown scheme, or a store
+    that does not provide it (yet).
+    """
+    scheme = _scheme(job)
+    scheme = _SCHEME_ALIASES.get(scheme, scheme)
+    if scheme == "memory":
+        raise ConfigError(
+            f"a memory:// frontier lives inside its process: there is no job to {name}; "
+            "give a job directory or a sqlite:/// URL"
+        )
+    module_name = _JOB_READERS.get(scheme)
+    if module_name is None:
+        raise ConfigError(
+            f"{job!r} has an unknown scheme {scheme!r}; give a job directory, "
+            "a sqlite:/// URL or a redis:// URL"
+        )
+    module = None
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name != module_name:
+            raise ConfigError(
+                f"{name} for {scheme}:// needs {exc.name}: pip install 'crawlq[{scheme}]'"
+            ) from None
+    function = getattr(module, name, None)
+    if function is None:
+        raise ConfigError(f"{name} for {scheme}:// comes with the {scheme.title()} store")
+    return cast(Callable[..., Any], function)
+
+
+@app.command()
+def inspect(
+    job: JobArgument,
+    top: Annotated[int, typer.Option(min=1, help="Hosts to list, busiest first.")] = 10,
+) -> None:
+    """Show a job's counts, busiest hosts, priorities and settings.
+
+    Reads the job without locking it, so it works while a crawl runs.
+    """
+    with _clean_errors():
+        report = cast(JobReport, _job_reader(job, "inspect")(job, top=top))
+    _print_report(Console(), report)
+
+
+def _print_report(console: Console, report: JobReport) -> None:
+    """Render a `JobReport` as rich tables: the one view of every store's report."""
+    console.print(Text(report.store, style="bold"))
+    counts = Table(title="Counts", show_header=False, title_justify="left")
+    counts.add_column()
+    counts.add_column(justify="right")
+    for label, value in report.counts.items():
+        counts.add_row(label, f"{value:,}")
+    console.print(counts)
+
+    if not report.hosts:
+        console.print(Text("Top hosts: none has requests", style="italic"))
+        console.print(Text("Priorities: nothing is queued", style="italic"))
+    else:
+        _print_hosts(console, report)
+        _print_priorities(console, report)
+    settings = Table(title="Settings", show_header=False, title_justify="left")
+    settings.add_column()
+    settings.add_column()
+    for name, text in report.settings.items():
+        settings.add_row(name, Text(text))
+    console.print(settings)
+    for note in report.notes:
+        console.print(Text(note, style="dim"))
+
+
+def _print_hosts(console: Console, report: JobReport) -> None:
+    hosts = Table(
+        title=f"Top hosts ({len(report.hosts)} of {report.host_total:,} with requests)",
+        title_justify="left",
+    )
+    hosts.add_column("host")
+    hosts.add_column("requests", justify="right")
+    hosts.add_column("pacing")
+    for host in report.hosts:
+        pacing = "ready"
+        if host.ready_in > 0:
+            pacing = f"ready in {host.ready_in:.{1 if host.ready_in >= 1 else 2}f}s"
+        hosts.add_row(Text(host.name), f"{host.requests:,}", pacing)
+    console.print(hosts)
+
+
+def _print_priorities(console: Console, report: JobReport) -> None:
+    total = sum(count for _, count in report.priorities) + report.priorities_omitted[1]
+    priorities = Table(title="Priorities", title_justify="left")
+    priorities.add_column("priority", justify="right")
+    priorities.add_column("requests", justify="right")
+    priorities.add_column("share", justify="right")
+    for priority, count in report.priorities:
+        priorities.add_row(f"{priority:,}", f"{count:,}", f"{100 * count / total:.1f}%")
+    omitted, omitted_rows = report.priorities_omitted
+    if omitted:
+        priorities.caption = f"and {omitted:,} lower priorities with {omitted_rows:,} requests"
+    console.print(priorities)
+
+
+@app.command()
+def export(job: JobArgument) -> None:
+    """Write a job's requests to stdout as JSONL, one per line, oldest first.
+
+    Queued and leased requests alike (a leased one is not done). Reads the
+    job without locking it, so it works while a crawl runs. The format is
+    described in crawlq._jobfile; crawlq import reads it back.
+    """
+    failed: list[str] = []
+    with _clean_errors():
+        requests = cast(Iterator[Request], _job_reader(job, "export")(job))
+        out = sys.stdout
+        try:
+            with contextlib.closing(requests):  # type: ignore[type-var]
+                for number, request in enumerate(requests, 1):
+                    try:
+                        line = encode_line(request)
+                    except InvalidRequest as exc:
+                        failed.append(f"request {number}: {exc}")
+                        continue
+                    out.write(line)
+                    out.write("\n")
+            out.flush()
+        except BrokenPipeError:
+            # The reader went away (``| head``): stop quietly, like other tools.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(1) from None
+    if failed:
+        _report_bad(failed, "requests")
+        _fail(f"{len(failed):,} requests could not be exported; the others were")
+
+
+def _report_bad(problems: list[str], what: str) -> None:
+    for problem in problems[:MAX_BAD_LINES]:
+        typer.echo(problem, err=True)
+    if len(problems) > MAX_BAD_LINES:
+        typer.echo(f"... and {len(problems) - MAX_BAD_LINES:,} more bad {what}", err=True)
+
+
+@app.command("import")
+def import_(
+    job: JobArgument,
+    file: Annotated[
+        str, typer.Argument(help="JSONL file to read, or - for stdin.", show_default=False)
+    ],
+) -> None:
+    """Add the requests of a JSONL file (as crawlq export writes it) to a job.
+
+    Every line is checked first (JSON, field types, URL, priority, meta...);
+    if any is bad, each is reported with its line number and nothing is
+    imported. Otherwise all requests are added in one transaction: nothing is
+    ever half-imported. Blank lines are skipped. The job is opened like a
+    crawler opens it, so this fails while a crawl has it open; a new job is
+    created if there is none.
+    """
+    with _clean_errors():
+        lines = _read_lines(file)
+        fingerprinter, lifo = _job_options(job)
+        requests, problems = _parse(lines, fingerprinter)
+        if problems:
+            _report_bad(problems, "lines")
+            _fail(
+                f"{len(problems):,} of {len(requests) + len(problems):,} lines are "
+                "invalid; nothing was imported"
+            )
+        if not requests:
+            typer.echo(f"{file} holds no requests; nothing was imported")
+            return
+        frontier = open_frontier(job, fingerprinter=fingerprinter, lifo=lifo)
+        try:
+            added = frontier.add_many(requests)
+            url = frontier.url
+        finally:
+            frontier.close()
+    new = sum(added)
+    typer.echo(
+        f"imported {len(requests):,} requests into {url}: {new:,} added, "
+        f"{len(requests) - new:,} duplicates (already seen)"
+    )
+
+
+def _read_lines(file: str) -> list[bytes]:
+    """Return the raw lines of ``file`` ("-": stdin); `ConfigError` if it cannot be read."""
+    try:
+        if file == "-":
+            return sys.stdin.buffer.read().split(b"\n")
+        return Path(file).read_bytes().split(b"\n")
+    except OSError as exc:
+        raise ConfigError(f"cannot read {file}: {exc.strerror or exc}") from None
+
+
+def _job_options(job: str) -> tuple[Fingerprinter, bool]:
+    """The fingerprinter and LIFO setting an existing job was created with (else defaults)."""
+    scheme = _scheme(job)
+    if scheme != "sqlite":
+        return Fingerprinter(), False
+    from .stores._sqlite_inspect import job_settings
+
+    settings = job_settings(job)
+    if not settings:
+        return Fingerprinter(), False
+    fingerprint = settings.get("fingerprint")
+    fingerprinter = Fingerprinter.from_description(fingerprint) if fingerprint else Fingerprinter()
+    return fingerprinter, bool(settings.get("lifo", False))
+
+
+def _parse(lines: list[bytes], fingerprinter: Fingerprinter) -> tuple[list[Request], list[str]]:
+    """Decode every non-blank line: the requests, and ``line N: reason`` for each bad one."""
+    requests: list[Request] = []
+    problems: list[str] = []
+    for number, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        try:
+            request = decode_line(raw.decode("utf-8"))
+            fingerprinter.fingerprint_and_host(request)
+        except UnicodeDecodeError as exc:
+            problems.append(f"line {number}: not UTF-8 (byte {exc.start + 1})")
+        except InvalidRequest as exc:
+            problems.append(f"line {number}: {exc}")
+        else:
+            requests.append(request)
+    return requests, problems
 
 
 def main() -> None:

@@ -6,7 +6,10 @@ host that is ready under its delay and concurrency), fetches it, extracts the
 ``urljoin``, and adds the page's children in one ``add_many`` at ``depth + 1``
 with a priority that falls with depth (shallow pages first). Only then is the
 request acked with ``task_done``, so ``join`` cannot return while its
-children are still unknown.
+children are still unknown. A request whose crawl does not complete (the
+worker is cancelled because the crawl was stopped, or it fails) is released
+instead, not acked: it stays in the frontier, and a resumed crawl fetches it
+again.
 
 A failed fetch (an HTTP error status, or a network error) is counted and acked
 like any other: crawlq only hands requests out and paces them; retrying is the
@@ -20,7 +23,7 @@ import contextlib
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from typing import Final
+from typing import Any, Final
 from urllib.parse import urljoin, urlsplit
 
 import aiohttp
@@ -43,7 +46,8 @@ class Crawler:
     crawlq paces them apart even when several netlocs share one host name.
     Counters: ``fetched`` (responses received), ``errors`` by kind (an HTTP
     status such as ``"404"``, or an exception name), ``duplicates`` (links
-    that ``add_many`` reported as already seen) and ``links`` (links added).
+    that ``add_many`` reported as already seen), ``links`` (links added) and
+    ``released`` (requests put back unfinished when the crawl stopped).
     """
 
     def __init__(
@@ -62,6 +66,7 @@ class Crawler:
         self.errors: Counter[str] = Counter()
         self.duplicates = 0
         self.links = 0
+        self.released = 0
 
     def request(self, url: str, *, depth: int = 0) -> Request:
         """Return the request for ``url`` at ``depth``: priority ``-depth``, slot if any."""
@@ -77,28 +82,47 @@ class Crawler:
         self.links += len(added)
         self.duplicates += added.count(False)
 
-    async def run(self, seeds: Iterable[str], *, workers: int) -> None:
-        """Crawl from ``seeds`` with ``workers`` workers until nothing is left.
+    async def run(
+        self, seeds: Iterable[str], *, workers: int, stop: asyncio.Event | None = None
+    ) -> bool:
+        """Crawl from ``seeds`` with ``workers`` workers until nothing is left, or ``stop``.
 
-        Returns when ``join`` does: the scheduler is then closed, so workers
-        waiting in ``get`` get `SchedulerClosed` and exit. If a worker fails,
-        the others are stopped the same way and its exception is raised.
+        Returns True when ``join`` does: the scheduler is then closed, so
+        workers waiting in ``get`` get `SchedulerClosed` and exit. Returns
+        False if ``stop`` is set first: the workers are cancelled, each
+        releasing the request it was crawling, and the rest stays queued. If
+        a worker fails, the others are stopped and its exception is raised.
         """
         await self.add(self.request(url) for url in seeds)
         joiner = asyncio.create_task(self.scheduler.join())
         tasks = [asyncio.create_task(self._work()) for _ in range(workers)]
+        stopper = asyncio.create_task(stop.wait()) if stop is not None else None
+        watched: list[asyncio.Task[Any]] = [joiner, *tasks]
+        if stopper is not None:
+            watched.append(stopper)
+        finished = True
         try:
-            await asyncio.wait([joiner, *tasks], return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+            if stopper is not None and stopper.done() and not joiner.done():
+                finished = False
+                for task in tasks:
+                    task.cancel()
         except BaseException:
-            for task in (joiner, *tasks):
+            for task in watched:
                 task.cancel()
             raise
         finally:
+            if stopper is not None:
+                stopper.cancel()
             await self.scheduler.close()
             outcomes = await asyncio.gather(joiner, *tasks, return_exceptions=True)
+        expected: tuple[type[BaseException], ...] = (SchedulerClosed,)
+        if not finished:
+            expected = (SchedulerClosed, asyncio.CancelledError)
         for outcome in outcomes:
-            if isinstance(outcome, BaseException) and not isinstance(outcome, SchedulerClosed):
+            if isinstance(outcome, BaseException) and not isinstance(outcome, expected):
                 raise outcome
+        return finished
 
     async def _work(self) -> None:
         with contextlib.suppress(SchedulerClosed):
@@ -106,8 +130,12 @@ class Crawler:
                 request = await self.scheduler.get()
                 try:
                     await self._crawl(request)
-                finally:
-                    self.scheduler.task_done(request)
+                except BaseException:
+                    # Not done (cancelled, or failed): put it back, never ack it.
+                    self.scheduler.release(request)
+                    self.released += 1
+                    raise
+                self.scheduler.task_done(request)
 
     async def _crawl(self, request: Request) -> None:
         """Fetch one request and add its children; count an error instead of raising."""

@@ -46,8 +46,7 @@ class LiveProgress:
         self._task: TaskID | None = None
 
     def __enter__(self) -> LiveProgress:
-        self._progress.start()
-        return self
+        return self  # the display starts with the first snapshot
 
     def __exit__(
         self,
@@ -55,11 +54,13 @@ class LiveProgress:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._progress.stop()
+        if self._task is not None:
+            self._progress.stop()
 
     def update(self, snapshot: DemoProgress) -> None:
         """Show ``snapshot``."""
         if self._task is None:
+            self._progress.start()
             self._task = self._progress.add_task(
                 "crawl", total=snapshot.expected, queued=0, in_flight=0, seen=0, rate=0.0
             )
@@ -80,12 +81,22 @@ def summary_table(result: DemoResult) -> Table:
     table.add_column(style="bold")
     table.add_column(justify="right")
     table.add_column(style="dim")
+    if result.job is not None:
+        table.add_row(
+            "Job", f"run {result.runs}", f"{result.job} ({'resumed' if result.resumed else 'new'})"
+        )
     broken = result.expected_fetches - result.site_pages
     table.add_row(
         "Pages fetched",
         f"{result.fetched:,}",
         f"{result.site_pages:,} pages + {broken:,} broken links",
     )
+    if result.resumed or result.refetch_bound:
+        table.add_row(
+            "Re-fetched after resume",
+            f"{result.refetches:,}",
+            f"≤ {result.refetch_bound:,} in flight when stopped",
+        )
     table.add_row("Hosts", f"{result.hosts_crawled:,}", _hosts_note(result))
     table.add_row(
         "Duplicates filtered",
@@ -98,7 +109,8 @@ def summary_table(result: DemoResult) -> Table:
         f"{result.error_count:,}",
         f"{kinds}; acked, not retried" if kinds else "",
     )
-    table.add_row("Elapsed", f"{result.elapsed:.2f} s", f"{config.workers} workers")
+    runs = f", {result.runs} runs" if result.resumed else ""
+    table.add_row("Elapsed", f"{result.elapsed:.2f} s", f"{config.workers} workers{runs}")
     table.add_row("Pages/s", f"{result.pages_per_second:,.0f}", "")
     busiest = max(result.max_concurrency, default=0)
     table.add_row("Per-host delay", f"{config.delay * 1000:g} ms", "host_delay")
@@ -124,14 +136,34 @@ def _hosts_note(result: DemoResult) -> str:
 
 
 def verdict(result: DemoResult) -> str:
-    """Return the exactly-once check as rich markup: a tick, or what went wrong."""
+    """Return the crawl check as rich markup: a tick, or what went wrong.
+
+    Every page must be fetched exactly once, except that the requests in
+    flight when an earlier run was stopped may have been fetched again.
+    """
+    pages = f"{result.site_pages:,} pages"
     if result.complete:
-        return f"[green]✓[/] every one of the {result.site_pages:,} pages was fetched exactly once"
-    lines = [f"[red]✗[/] the crawl does not match the site ({result.site_pages:,} pages):"]
+        if result.refetches:
+            return (
+                f"[green]✓[/] every one of the {pages} was fetched, exactly once but for "
+                f"{result.refetches:,} re-fetched after resume (≤ {result.refetch_bound:,} "
+                "in flight when stopped)"
+            )
+        runs = f", over {result.runs} runs (resumed)" if result.resumed else ""
+        return f"[green]✓[/] every one of the {pages} was fetched exactly once{runs}"
+    lines = [f"[red]✗[/] the crawl does not match the site ({pages}):"]
     if result.missing:
         sample = ", ".join(result.missing[:3])
         lines.append(f"  {len(result.missing):,} pages never fetched, e.g. {sample}")
-    if result.repeated:
+    if result.repeated and result.refetches > result.refetch_bound:
         sample = ", ".join(f"{url} ({n}x)" for url, n in list(result.repeated.items())[:3])
-        lines.append(f"  {len(result.repeated):,} URLs fetched more than once, e.g. {sample}")
+        allowed = (
+            f" ({result.refetches:,} re-fetches, more than the {result.refetch_bound:,} "
+            "in flight when stopped)"
+            if result.refetch_bound
+            else ""
+        )
+        lines.append(
+            f"  {len(result.repeated):,} URLs fetched more than once{allowed}, e.g. {sample}"
+        )
     return "\n".join(lines)

@@ -1,27 +1,30 @@
 """`run_demo`: generate a site, serve it on loopback, crawl it, check the crawl.
 
-The crawl uses a memory frontier whose fingerprinter ignores ``utm_*``
-parameters (fragments are always ignored), so tracking links dedup with the
-plain ones. Once the crawl is over the server's own log is compared with the
-site: every page must have been fetched exactly once.
+The crawl uses a frontier whose fingerprinter ignores ``utm_*`` parameters
+(fragments are always ignored), so tracking links dedup with the plain ones:
+a SQLite job in a directory (resumable: see `DemoJob`), or a memory frontier.
+Once the crawl is over the server's own log is compared with the site: every
+page must have been fetched, and exactly once, except that requests in flight
+when an earlier run was stopped may have been fetched a second time.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 import aiohttp
 
 from .._fingerprint import Fingerprinter
-from .._open import open_frontier
 from ..scheduler import Scheduler
 from .crawler import Crawler
+from .job import DemoJob, DemoJobError, Totals
 from .server import SiteServer
-from .site import Site, generate_site
+from .site import PageKey, Site, generate_site
 
 __all__ = ["DemoConfig", "DemoProgress", "DemoResult", "run_demo"]
 
@@ -66,23 +69,32 @@ class DemoConfig:
 class DemoProgress:
     """A snapshot of a running crawl, for a progress display."""
 
+    #: Responses received, earlier runs of the job included.
     fetched: int
     #: Fetches a complete crawl makes (site pages plus broken links).
     expected: int
     queued: int
     in_flight: int
     seen: int
+    #: Seconds since this run started.
     elapsed: float
+    #: Responses received by earlier runs of the job.
+    fetched_before: int = 0
 
     @property
     def pages_per_second(self) -> float:
-        """Responses per second since the crawl started."""
-        return self.fetched / self.elapsed if self.elapsed > 0 else 0.0
+        """Responses per second since this run started."""
+        fetched = self.fetched - self.fetched_before
+        return fetched / self.elapsed if self.elapsed > 0 else 0.0
 
 
 @dataclass(frozen=True, slots=True)
 class DemoResult:
-    """What a demo crawl did, and how it compares with the site the server holds."""
+    """What a demo crawl did, and how it compares with the site the server holds.
+
+    Counters are totals over every run of the job; the per-host figures
+    (``max_concurrency``, ``min_gap``) are this run's.
+    """
 
     config: DemoConfig
     #: Root URL of each host.
@@ -114,11 +126,39 @@ class DemoResult:
     max_concurrency: tuple[int, ...]
     #: Least gap in seconds between two requests to each host (None: fewer than two).
     min_gap: tuple[float | None, ...]
+    #: The job directory (None: a memory frontier).
+    job: str | None = None
+    #: Runs of the job, this one included.
+    runs: int = 1
+    #: True if this run was stopped (``stop`` was set) before the crawl was over.
+    interrupted: bool = False
+    #: Requests this run put back unfinished when it stopped.
+    in_flight_at_stop: int = 0
+    #: Requests in flight at every stop before this run: the most that may repeat.
+    refetch_bound: int = 0
+    #: Requests left in the frontier (queued or leased).
+    queued: int = 0
+    #: True if the job was already complete: nothing was crawled this time.
+    already_complete: bool = False
+
+    @property
+    def resumed(self) -> bool:
+        """True if this run continued a job that an earlier run started."""
+        return self.runs > 1
+
+    @property
+    def refetches(self) -> int:
+        """Fetches beyond the first of each URL."""
+        return sum(n - 1 for n in self.repeated.values())
 
     @property
     def complete(self) -> bool:
-        """True if every page was fetched and no URL was fetched twice."""
-        return not self.missing and not self.repeated
+        """True if the crawl is over, every page was fetched, and none more than allowed.
+
+        Allowed: exactly once, except that up to ``refetch_bound`` fetches may
+        repeat (requests in flight when an earlier run was stopped).
+        """
+        return not self.interrupted and not self.missing and self.refetches <= self.refetch_bound
 
     @property
     def error_count(self) -> int:
@@ -134,108 +174,207 @@ class DemoResult:
 async def run_demo(
     config: DemoConfig | None = None,
     *,
+    job: str | os.PathLike[str] | None = None,
+    fresh: bool = False,
+    stop: asyncio.Event | None = None,
     on_progress: Callable[[DemoProgress], None] | None = None,
     progress_interval: float = 0.1,
+    save_interval: float = 1.0,
 ) -> DemoResult:
     """Generate the site, serve it on loopback, crawl it and check the crawl.
 
+    With ``job`` (a directory) the frontier is a SQLite job there: a job left
+    unfinished is resumed (same site, same URLs, its queued requests), one
+    already complete is reported without crawling; ``fresh`` deletes the job
+    first. Without ``job`` the frontier is in memory. Setting ``stop`` ends
+    the run early and cleanly: requests in flight are released, the job is
+    saved and closed, and the result has ``interrupted`` set.
+
     ``on_progress`` is called every ``progress_interval`` seconds during the
-    crawl, and once at its end. The servers are stopped before returning,
-    whatever happens. Raises what the crawl raises (not HTTP errors, which are
-    counted in the result).
+    crawl, and once at its end; the job's totals are saved every
+    ``save_interval`` seconds. The servers are stopped and the job closed
+    before returning, whatever happens. Raises `DemoJobError` for a job that
+    cannot be resumed as asked, what `open_frontier` raises (`JobLocked`...),
+    and what the crawl raises (not HTTP errors, which are counted).
     """
     config = config or DemoConfig()
     site = generate_site(config.pages, config.hosts, seed=config.seed, latency=config.latency)
-    async with SiteServer(site, single_address=config.single_address) as server:
-        frontier = open_frontier(
-            "memory://",
-            host_delay=config.delay,
-            host_concurrency=config.concurrency,
-            fingerprinter=Fingerprinter(ignore_query_params=["utm_*"]),
+    demo_job = DemoJob.open(
+        job,
+        site={"pages": config.pages, "hosts": config.hosts, "seed": config.seed},
+        fresh=fresh,
+        host_delay=config.delay,
+        host_concurrency=config.concurrency,
+        fingerprinter=Fingerprinter(ignore_query_params=["utm_*"]),
+    )
+    try:
+        if demo_job.complete:
+            return _result(config, site, demo_job, demo_job.fetches, already_complete=True)
+        return await _crawl(
+            config, site, demo_job, stop, on_progress, progress_interval, save_interval
         )
-        try:
-            scheduler = Scheduler(frontier)
-            connector = aiohttp.TCPConnector(limit=config.workers)
-            timeout = aiohttp.ClientTimeout(total=30)
-            async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-                crawler = Crawler(
-                    scheduler,
-                    session,
-                    allowed=server.netlocs,
-                    slots={n: n for n in server.netlocs} if server.single_address else None,
+    finally:
+        demo_job.close()
+
+
+async def _crawl(
+    config: DemoConfig,
+    site: Site,
+    demo_job: DemoJob,
+    stop: asyncio.Event | None,
+    on_progress: Callable[[DemoProgress], None] | None,
+    progress_interval: float,
+    save_interval: float,
+) -> DemoResult:
+    frontier = demo_job.frontier
+    async with _serve(config, site, demo_job) as server:
+        demo_job.start(server.base_urls, server.single_address, config.workers)
+        scheduler = Scheduler(frontier)
+        connector = aiohttp.TCPConnector(limit=config.workers)
+        timeout = aiohttp.ClientTimeout(total=30)
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+            crawler = Crawler(
+                scheduler,
+                session,
+                allowed=server.netlocs,
+                slots={n: n for n in server.netlocs} if server.single_address else None,
+            )
+            start = time.monotonic()
+
+            def totals() -> Totals:
+                return demo_job.totals.plus(
+                    crawler.fetched,
+                    crawler.duplicates,
+                    crawler.links,
+                    time.monotonic() - start,
+                    crawler.errors,
                 )
-                start = time.monotonic()
 
-                def snapshot() -> DemoProgress:
-                    stats = scheduler.stats()
-                    return DemoProgress(
-                        fetched=crawler.fetched,
-                        expected=site.expected_fetches,
-                        queued=stats.queued,
-                        in_flight=stats.in_flight,
-                        seen=stats.seen,
-                        elapsed=time.monotonic() - start,
-                    )
+            def snapshot() -> DemoProgress:
+                stats = scheduler.stats()
+                return DemoProgress(
+                    fetched=demo_job.totals.fetched + crawler.fetched,
+                    expected=site.expected_fetches,
+                    queued=stats.queued,
+                    in_flight=stats.in_flight,
+                    seen=stats.seen,
+                    elapsed=time.monotonic() - start,
+                    fetched_before=demo_job.totals.fetched,
+                )
 
-                reporter = None
-                if on_progress is not None:
-                    reporter = asyncio.create_task(
-                        _report(on_progress, snapshot, progress_interval)
-                    )
-                try:
-                    await crawler.run(
-                        [url + "/" for url in server.base_urls], workers=config.workers
-                    )
-                finally:
-                    if reporter is not None:
-                        reporter.cancel()
-                        with contextlib.suppress(asyncio.CancelledError):
-                            await reporter
-                elapsed = time.monotonic() - start
+            async def report() -> None:
                 if on_progress is not None:
                     on_progress(snapshot())
-            seen = frontier.stats().seen
-        finally:
-            frontier.close()
-    return _result(config, site, server, crawler, seen=seen, elapsed=elapsed)
+
+            async def save() -> None:
+                demo_job.save(totals())
+
+            background = [asyncio.create_task(_every(save_interval, save))]
+            if on_progress is not None:
+                background.append(asyncio.create_task(_every(progress_interval, report)))
+            finished = False
+            try:
+                if not demo_job.is_seeded:
+                    await crawler.add(crawler.request(url + "/") for url in server.base_urls)
+                    demo_job.seeded()
+                finished = await crawler.run([], workers=config.workers, stop=stop)
+            finally:
+                for task in background:
+                    task.cancel()
+                await asyncio.gather(*background, return_exceptions=True)
+                in_flight = crawler.released + frontier.stats().leased
+                demo_job.finish(totals(), in_flight)
+            if on_progress is not None:
+                on_progress(snapshot())
+    return _result(
+        config,
+        site,
+        demo_job,
+        server.fetches,
+        totals=totals(),
+        interrupted=not finished,
+        in_flight=in_flight,
+        max_concurrency=tuple(log.max_active for log in server.logs),
+        min_gap=tuple(log.min_gap() for log in server.logs),
+        base_urls=server.base_urls,
+        single_address=server.single_address,
+    )
 
 
-async def _report(
-    on_progress: Callable[[DemoProgress], None],
-    snapshot: Callable[[], DemoProgress],
-    interval: float,
-) -> None:
+@contextlib.asynccontextmanager
+async def _serve(config: DemoConfig, site: Site, demo_job: DemoJob) -> AsyncIterator[SiteServer]:
+    """Serve the site: where the job's requests point, or on fresh ports for a new job."""
+    rebind = demo_job.base_urls
+    server = SiteServer(
+        site,
+        single_address=demo_job.single_address if rebind else config.single_address,
+        base_urls=rebind,
+        fetches=demo_job.fetches,
+        on_fetch=demo_job.record_fetch,
+    )
+    try:
+        await server.__aenter__()
+    except OSError as exc:
+        if rebind is None:
+            raise
+        raise DemoJobError(
+            f"cannot serve the site again where the job's requests point ({exc.strerror}); "
+            "stop what uses that port and try again, or add --fresh to start over"
+        ) from None
+    try:
+        yield server
+    finally:
+        await server.__aexit__(None, None, None)
+
+
+async def _every(interval: float, action: Callable[[], Awaitable[None]]) -> None:
     while True:
         await asyncio.sleep(interval)
-        on_progress(snapshot())
+        await action()
 
 
 def _result(
     config: DemoConfig,
     site: Site,
-    server: SiteServer,
-    crawler: Crawler,
+    demo_job: DemoJob,
+    fetches: Mapping[PageKey, int],
     *,
-    seen: int,
-    elapsed: float,
+    totals: Totals | None = None,
+    interrupted: bool = False,
+    in_flight: int = 0,
+    max_concurrency: tuple[int, ...] = (),
+    min_gap: tuple[float | None, ...] = (),
+    base_urls: list[str] | None = None,
+    single_address: bool | None = None,
+    already_complete: bool = False,
 ) -> DemoResult:
-    urls = server.base_urls
-    fetches = server.fetches
+    urls = base_urls if base_urls is not None else demo_job.base_urls or []
+    totals = totals or demo_job.totals
+    stats = demo_job.frontier.stats()
     return DemoResult(
         config=config,
         base_urls=tuple(urls),
-        single_address=server.single_address,
+        single_address=demo_job.single_address if single_address is None else single_address,
         site_pages=len(site.pages),
         expected_fetches=site.expected_fetches,
-        fetched=crawler.fetched,
-        errors=dict(sorted(crawler.errors.items())),
-        duplicates=crawler.duplicates,
-        links=crawler.links,
-        seen=seen,
-        elapsed=elapsed,
+        fetched=totals.fetched,
+        errors=dict(sorted(totals.errors.items())),
+        duplicates=totals.duplicates,
+        links=totals.links,
+        seen=stats.seen,
+        elapsed=totals.elapsed,
         hosts_crawled=len({host for host, _ in fetches}),
-        missing=tuple(urls[host] + path for host, path in site.pages if not fetches[(host, path)]),
+        missing=tuple(
+            urls[host] + path for host, path in site.pages if not fetches.get((host, path))
+        ),
         repeated={urls[host] + path: n for (host, path), n in fetches.items() if n > 1},
-        max_concurrency=tuple(log.max_active for log in server.logs),
-        min_gap=tuple(log.min_gap() for log in server.logs),
+        max_concurrency=max_concurrency,
+        min_gap=min_gap,
+        job=str(demo_job.path) if demo_job.path is not None else None,
+        runs=demo_job.runs,
+        interrupted=interrupted,
+        in_flight_at_stop=in_flight if interrupted else 0,
+        refetch_bound=demo_job.refetch_bound,
+        queued=stats.queued + stats.leased,
+        already_complete=already_complete,
     )

@@ -10,16 +10,19 @@ too, with ``meta["download_slot"]``.
 The server counts fetches per path, and per host the most requests it handled
 at once and the arrival time of each request, so a crawl can be checked from
 the outside: every page fetched exactly once, per-host concurrency and delay
-respected.
+respected. A resumed crawl serves the site again at the same URLs (its queued
+requests carry them), with the earlier fetch counts.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import itertools
 import socket
 import time
 from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 
@@ -30,6 +33,8 @@ from .site import PageKey, Site
 __all__ = ["HostLog", "SiteServer"]
 
 _SHARED_PORT_TRIES = 5
+#: Seconds a resumed crawl waits for its ports to be free again.
+_REBIND_WAIT = 5.0
 
 
 @dataclass(slots=True)
@@ -53,14 +58,30 @@ class SiteServer:
 
     Use it as an async context manager: entering binds and starts every host,
     leaving stops them. ``fetches`` counts requests per ``(host, path)``, pages
-    and missing paths alike; ``logs[h]`` is host ``h``'s `HostLog`.
+    and missing paths alike, starting from ``fetches`` if given;
+    ``logs[h]`` is host ``h``'s `HostLog`. ``on_fetch`` is called with each
+    ``(host, path)`` as its request arrives. With ``base_urls`` (from an
+    earlier server of the same site) each host is served exactly there again;
+    entering raises OSError if one of them cannot be bound.
     """
 
-    def __init__(self, site: Site, *, single_address: bool = False) -> None:
+    def __init__(
+        self,
+        site: Site,
+        *,
+        single_address: bool = False,
+        base_urls: Sequence[str] | None = None,
+        fetches: Mapping[PageKey, int] | None = None,
+        on_fetch: Callable[[PageKey], None] | None = None,
+    ) -> None:
+        if base_urls is not None and len(base_urls) != site.hosts:
+            raise ValueError(f"need {site.hosts} base URLs, got {len(base_urls)}")
         self.site = site
         self.single_address = single_address
+        self._rebind = list(base_urls) if base_urls is not None else None
         self.base_urls: list[str] = []
-        self.fetches: Counter[PageKey] = Counter()
+        self.fetches: Counter[PageKey] = Counter(fetches or {})
+        self._on_fetch = on_fetch
         self.logs = [HostLog() for _ in range(site.hosts)]
         self._host_by_netloc: dict[str, int] = {}
         self._runner: web.AppRunner | None = None
@@ -71,7 +92,7 @@ class SiteServer:
         return [url.partition("://")[2] for url in self.base_urls]
 
     async def __aenter__(self) -> SiteServer:
-        sockets = self._bind()
+        sockets = await self._bind_again() if self._rebind is not None else self._bind()
         app = web.Application()
         app.router.add_route("GET", "/{path:.*}", self._handle)
         runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
@@ -101,6 +122,18 @@ class SiteServer:
             await self._runner.cleanup()
             self._runner = None
 
+    async def _bind_again(self) -> list[socket.socket]:
+        """Bind the earlier URLs, waiting a little while the last server's sockets close."""
+        assert self._rebind is not None
+        deadline = time.monotonic() + _REBIND_WAIT
+        while True:
+            try:
+                return _bind_urls(self._rebind)
+            except OSError as exc:
+                if exc.errno != errno.EADDRINUSE or time.monotonic() > deadline:
+                    raise
+            await asyncio.sleep(0.1)
+
     def _bind(self) -> list[socket.socket]:
         hosts = self.site.hosts
         if not self.single_address:
@@ -121,6 +154,8 @@ class SiteServer:
         try:
             key = (host, request.path)
             self.fetches[key] += 1
+            if self._on_fetch is not None:
+                self._on_fetch(key)
             page = self.site.pages.get(key)
             if page is None:
                 return web.Response(status=404, text="not found")
@@ -137,11 +172,31 @@ class SiteServer:
 def _listen(address: str, port: int) -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
+        # So that a resumed crawl can bind this port again at once, even over
+        # connections of this server that linger (never over a listener).
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((address, port))
     except BaseException:
         sock.close()
         raise
     return sock
+
+
+def _bind_urls(base_urls: list[str]) -> list[socket.socket]:
+    """Bind each ``http://address:port``; OSError names the one that failed."""
+    sockets: list[socket.socket] = []
+    try:
+        for url in base_urls:
+            address, _, port = url.partition("://")[2].rpartition(":")
+            try:
+                sockets.append(_listen(address, int(port)))
+            except OSError as exc:
+                raise OSError(exc.errno, f"{address}:{port}: {exc.strerror}") from None
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
 
 
 def _bind_each(addresses: list[str]) -> list[socket.socket]:

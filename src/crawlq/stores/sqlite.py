@@ -258,11 +258,13 @@ class SqliteStore:
         fingerprints: list[tuple[bytes]] = []
         acked: list[tuple[int]] = []
         delta: Counter[str] = Counter()
+        last_id = 0
         for _, data in log:
             kind, items = _decode(data)
             if kind == _ADD:
                 for row_id, host, negprio, seq, fingerprint, payload in items:
                     added[row_id] = (host, negprio, seq, payload)
+                    last_id = max(last_id, row_id)
                     if fingerprint:
                         fingerprints.append((fingerprint,))
             else:
@@ -306,7 +308,7 @@ class SqliteStore:
                 [(when, host_ids[host]) for host, when in ready_at.items()],
             )
             if log:
-                next_id = max((row_id for row_id in added), default=0) + 1
+                next_id = last_id + 1  # ids of requests acked before this flush count too
                 db.execute(
                     "UPDATE counters SET value = CASE name WHEN 'seen' THEN value + ?"
                     " ELSE max(value, ?) END WHERE name IN ('seen', 'next_id')",

@@ -1,0 +1,259 @@
+"""Reading a SQLite job without opening it: ``crawlq inspect`` and ``crawlq export``.
+
+Everything here opens the database read-only (``mode=ro``) and never takes the
+job lock, so it works while a crawl has the job open: SQLite's WAL lets a
+reader see the last committed state while the writer goes on. Each call reads
+inside one transaction, so its figures come from one consistent snapshot.
+
+The store commits every ``add`` and ``ack`` to its log (the ``ops`` table)
+and applies the log to the tables now and then; a reader therefore applies
+the logged operations on top of the tables it reads (in memory, writing
+nothing), to see what the crawl has committed, not what it last flushed.
+
+Leases are not on disk (the store writes nothing on pop): a leased request is
+a stored row like a queued one, and comes back when the job is reopened.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from .. import __version__
+from .._errors import StoreError
+from .._jobfile import HostReport, JobReport
+from .._request import Request, decode_request
+from ._sqlite_job import DATABASE_NAME, SCHEMA_VERSION, connect, job_path, translate
+from .sqlite import _ADD, _decode  # the log's format, kept in one place
+
+__all__ = ["export", "inspect", "job_settings"]
+
+_PRIORITIES_SHOWN: Final = 20
+
+
+@contextlib.contextmanager
+def _reading(url: str) -> Iterator[tuple[sqlite3.Connection, Path]]:
+    """Open the job read-only, in one read transaction; close it after."""
+    path = job_path(url).absolute()
+    if not path.is_file():
+        raise StoreError(
+            f"there is no crawlq job at {path}; give a job directory (holding "
+            f"{DATABASE_NAME}) or its database file"
+        )
+    db = connect(path, synchronous="NORMAL", read_only=True)
+    try:
+        with translate(path):
+            db.execute("BEGIN")  # a deferred read: one snapshot for every query
+            yield db, path
+    finally:
+        db.close()
+
+
+def job_settings(url: str) -> dict[str, Any] | None:
+    """Return the job's recorded settings (``meta``), or None if there is no job yet.
+
+    Values are decoded: ``fingerprint`` is the `Fingerprinter.describe` dict,
+    ``lifo`` a bool, ``crawlq_version`` a str. Raises what `inspect` raises
+    for a file that is not a readable crawlq job.
+    """
+    if not job_path(url).is_file():
+        return None
+    with _reading(url) as (db, _):
+        rows = db.execute("SELECT key, value FROM meta").fetchall()
+    return {key: value if key == "crawlq_version" else json.loads(value) for key, value in rows}
+
+
+@dataclass(slots=True)
+class _Log:
+    """The store's operation log (``ops``), folded: what it changes in the tables."""
+
+    #: Log rows not yet applied to the tables.
+    entries: int = 0
+    #: Requests added and not acked since: row id -> (host, -priority, payload).
+    added: dict[int, tuple[str, int, bytes]] = field(default_factory=dict)
+    #: Rows of the ``requests`` table that were acked since.
+    acked: set[int] = field(default_factory=set)
+    #: Change of each host's count of stored requests.
+    delta: Counter[str] = field(default_factory=Counter)
+    #: New fingerprints.
+    seen: int = 0
+
+
+def _read_log(db: sqlite3.Connection) -> _Log:
+    """Fold the log as the store's flush applies it (an older job has no log)."""
+    log = _Log()
+    has_log = db.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ops'"
+    ).fetchone()
+    if not has_log:
+        return log
+    for (data,) in db.execute("SELECT data FROM ops ORDER BY id"):
+        log.entries += 1
+        kind, items = _decode(data)
+        if kind == _ADD:
+            for row_id, host, negprio, _seq, fingerprint, payload in items:
+                log.added[row_id] = (host, negprio, payload)
+                log.seen += 1 if fingerprint else 0
+        else:
+            for row_id, host in items:
+                if log.added.pop(row_id, None) is None:
+                    log.acked.add(row_id)
+                    log.delta[host] -= 1
+    for host, _, _ in log.added.values():
+        log.delta[host] += 1
+    return log
+
+
+def export(url: str) -> Iterator[Request]:
+    """Yield every stored request (queued or leased), in acceptance order.
+
+    Reads one snapshot, so it can run while a crawl writes the job. Close the
+    generator (or exhaust it) to close the database. Raises `StoreError` if
+    there is no job at ``url``, `IncompatibleStore` or `CorruptStore` for a
+    file that is not a readable crawlq job.
+    """
+    with _reading(url) as (db, _):
+        log = _read_log(db)
+        for row_id, payload in db.execute("SELECT id, payload FROM requests ORDER BY id"):
+            if row_id not in log.acked:
+                yield decode_request(payload)
+        # Logged rows are newer than every row of the table (ids only grow).
+        for row_id in sorted(log.added):
+            yield decode_request(log.added[row_id][2])
+
+
+def inspect(url: str, *, top: int = 10) -> JobReport:
+    """Return counts, the ``top`` busiest hosts, priorities and settings of a job.
+
+    Read-only and lock-free, from one snapshot. Raises `StoreError` if there
+    is no job at ``url``, `IncompatibleStore` or `CorruptStore` for a file
+    that is not a readable crawlq job.
+    """
+    with _reading(url) as (db, path):
+        log = _read_log(db)
+        counters = dict(db.execute("SELECT name, value FROM counters").fetchall())
+        known = {
+            name: (queued, ready_at)
+            for name, queued, ready_at in db.execute(
+                "SELECT name, queued, ready_at FROM hosts WHERE queued > 0"
+            )
+        }
+        known_hosts = db.execute("SELECT COUNT(*) FROM hosts").fetchone()[0]
+        for name in log.delta.keys() - known.keys():
+            row = db.execute("SELECT queued, ready_at FROM hosts WHERE name = ?", (name,))
+            found = row.fetchone()
+            known[name] = found if found else (0, 0.0)
+            known_hosts += 0 if found else 1
+        state_keys = db.execute("SELECT COUNT(*) FROM state").fetchone()[0]
+        by_priority: Counter[int] = Counter()
+        for negprio, count in db.execute("SELECT negprio, COUNT(*) FROM requests GROUP BY negprio"):
+            by_priority[-negprio] += count
+        for row_id in log.acked:
+            acked = db.execute("SELECT negprio FROM requests WHERE id = ?", (row_id,)).fetchone()
+            if acked:
+                by_priority[-acked[0]] -= 1
+        meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+        schema = db.execute("PRAGMA user_version").fetchone()[0]
+    for _, negprio, _ in log.added.values():
+        by_priority[-negprio] += 1
+    now = time.time()
+    per_host = sorted(
+        (
+            (queued + log.delta.get(name, 0), name, max(0.0, ready_at - now))
+            for name, (queued, ready_at) in known.items()
+        ),
+        key=lambda host: (-host[0], host[1]),
+    )
+    per_host = [host for host in per_host if host[0] > 0]
+    stored = sum(count for count, _, _ in per_host)
+    priorities = sorted(((p, n) for p, n in by_priority.items() if n > 0), reverse=True)
+    shown = priorities[:_PRIORITIES_SHOWN]
+    rest = priorities[_PRIORITIES_SHOWN:]
+    counts = {
+        "requests stored (queued + leased)": stored,
+        "seen fingerprints": counters.get("seen", 0) + log.seen,
+        "hosts with requests": len(per_host),
+        "hosts known": known_hosts,
+        "crawler state keys": state_keys,
+        "log entries not yet applied": log.entries,
+    }
+    settings = {
+        "written by": f"crawlq {meta.get('crawlq_version', '?')} (this is {__version__})",
+        "schema version": f"{schema} (this crawlq reads {SCHEMA_VERSION})",
+        "fingerprint": _describe_fingerprint(meta.get("fingerprint")),
+        "lifo": str(json.loads(meta["lifo"])).lower() if "lifo" in meta else "?",
+        "database": f"{path} ({_size(path)} with its WAL)",
+        "open by": _holder(path),
+    }
+    notes = (
+        "Leases live only in the memory of the process that has the job open: leased "
+        "requests are counted among the stored ones, and come back when the job is reopened.",
+        "Pacing times are as last written by the crawl.",
+    )
+    return JobReport(
+        store=f"sqlite:///{path}",
+        counts=counts,
+        hosts=[HostReport(name, count, ready_in) for count, name, ready_in in per_host[:top]],
+        host_total=len(per_host),
+        priorities=shown,
+        priorities_omitted=(len(rest), sum(n for _, n in rest)),
+        settings=settings,
+        notes=notes,
+    )
+
+
+def _describe_fingerprint(stored: str | None) -> str:
+    if stored is None:
+        return "?"
+    try:
+        value = json.loads(stored)
+        parts = [f"mode {value['mode']}"]
+        parts.append("fragments kept" if value["keep_fragments"] else "fragments dropped")
+        if value.get("keep_query_params") is not None:
+            parts.append(f"keeps only query params {', '.join(value['keep_query_params'])}")
+        elif value.get("ignore_query_params"):
+            parts.append(f"ignores query params {', '.join(value['ignore_query_params'])}")
+        if value.get("include_headers"):
+            parts.append(f"headers {', '.join(value['include_headers'])}")
+    except (ValueError, KeyError, TypeError):
+        return stored
+    return "; ".join(parts)
+
+
+def _size(path: Path) -> str:
+    total: float = sum(
+        candidate.stat().st_size
+        for candidate in (path, path.with_name(path.name + "-wal"))
+        if candidate.exists()
+    )
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if total < 1024 or unit == "GiB":
+            return f"{total:,.0f} {unit}" if unit == "B" else f"{total:,.1f} {unit}"
+        total /= 1024
+    raise AssertionError("unreachable")
+
+
+def _holder(path: Path) -> str:
+    """Who has the job open, from the lock file's pid (read, never locked)."""
+    lock = path.with_name(path.name + ".lock")
+    try:
+        text = lock.read_text("ascii", "replace").strip()
+    except OSError:
+        return "no process"
+    if not text.isdigit():
+        return "no process"
+    try:
+        os.kill(int(text), 0)
+    except ProcessLookupError:
+        return "no process (the last one exited without closing it)"
+    except PermissionError:
+        pass
+    return f"pid {text}"
