@@ -13,7 +13,7 @@ from typing import Any, Final
 
 import msgspec
 
-from ._errors import InvalidRequest, SerializationError, StoreError
+from ._errors import CorruptStore, IncompatibleStore, InvalidRequest, SerializationError, StoreError
 
 __all__ = ["PRIORITY_MAX", "PRIORITY_MIN", "SCHEMA_VERSION", "Request"]
 
@@ -304,8 +304,8 @@ def _serialization_error(request: Request, exc: Exception) -> SerializationError
 def decode_request(data: bytes) -> Request:
     """Decode a request written by `encode_request`.
 
-    Raises `StoreError` when the data is not a crawlq request of a schema this
-    version understands; the message says whether to upgrade crawlq.
+    Raises `IncompatibleStore` for a request of a newer schema (upgrade
+    crawlq), `CorruptStore` for data that is not a crawlq request.
     """
     try:
         wire = _decoder.decode(data)
@@ -335,8 +335,10 @@ def _decode_error(data: bytes, exc: Exception | None) -> StoreError:
     except msgspec.DecodeError:
         version = None
     if isinstance(version, int) and version > SCHEMA_VERSION:
-        return StoreError(
+        return IncompatibleStore(
             f"stored request uses schema version {version}, newer than this crawlq "
             f"understands ({SCHEMA_VERSION}); upgrade crawlq to read it"
         )
-    return StoreError(f"stored request is not a valid crawlq request ({exc}); the store is corrupt")
+    return CorruptStore(
+        f"stored request is not a valid crawlq request ({exc}); the store is corrupt"
+    )

@@ -103,7 +103,7 @@ def _read_log(db: sqlite3.Connection) -> _Log:
                 log.added[row_id] = (host, negprio, payload)
                 log.seen += 1 if fingerprint else 0
         else:
-            for row_id, host in items:
+            for row_id, host, *_ in items:
                 if log.added.pop(row_id, None) is None:
                     log.acked.add(row_id)
                     log.delta[host] -= 1

@@ -32,6 +32,7 @@ __all__ = [
     "APPLICATION_ID",
     "SCHEMA_VERSION",
     "JobLock",
+    "check_header",
     "check_settings",
     "connect",
     "job_path",
@@ -165,22 +166,31 @@ def _raise_translated(path: Path, exc: sqlite3.Error) -> NoReturn:
     raise StoreError(f"job {path}: {message}") from None
 
 
+def check_header(path: Path) -> bool:
+    """Return True if ``path`` holds data; refuse a file that is not SQLite.
+
+    Runs before the job lock is taken, so a foreign file gets no lock file
+    beside it. Raises `IncompatibleStore`.
+    """
+    if not path.exists() or path.stat().st_size == 0:
+        return False
+    with path.open("rb") as file:
+        header = file.read(len(_SQLITE_HEADER))
+    if header != _SQLITE_HEADER:
+        raise IncompatibleStore(
+            f"{path} is not a crawlq job (not a SQLite database); "
+            "point the frontier at a new path or at a crawlq job"
+        )
+    return True
+
+
 def connect(path: Path, *, synchronous: str, read_only: bool = False) -> sqlite3.Connection:
-    """Open the database at ``path``; create the schema if the file is new.
+    """Open the database at ``path``; create the schema if the job is new.
 
     Raises `IncompatibleStore` for a file that is not a crawlq job or is from
     a newer crawlq, `CorruptStore` for a damaged one; nothing is written then.
     """
-    exists = path.exists() and path.stat().st_size > 0
-    if exists:
-        with path.open("rb") as file:
-            header = file.read(len(_SQLITE_HEADER))
-        if header != _SQLITE_HEADER:
-            raise IncompatibleStore(
-                f"{path} is not a crawlq job (not a SQLite database); "
-                "point the frontier at a new path or at a crawlq job"
-            )
-    elif read_only:
+    if not check_header(path) and read_only:
         raise StoreError(f"there is no crawlq job at {path}")
     with translate(path):
         if read_only:
@@ -190,7 +200,7 @@ def connect(path: Path, *, synchronous: str, read_only: bool = False) -> sqlite3
         else:
             connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         try:
-            _check_identity(connection, path, exists)
+            new = _check_identity(connection, path)
             if not read_only:
                 connection.execute("PRAGMA journal_mode=WAL")
                 connection.execute(f"PRAGMA synchronous={synchronous}")
@@ -200,7 +210,7 @@ def connect(path: Path, *, synchronous: str, read_only: bool = False) -> sqlite3
                 connection.execute("PRAGMA journal_size_limit=67108864")
             connection.execute("PRAGMA cache_size=-16384")  # 16 MiB of pages at most
             connection.execute("PRAGMA temp_store=MEMORY")
-            if not exists and not read_only:
+            if new and not read_only:
                 connection.executescript(
                     f"BEGIN; {SCHEMA} PRAGMA application_id={APPLICATION_ID};"
                     f" PRAGMA user_version={SCHEMA_VERSION}; COMMIT;"
@@ -211,11 +221,16 @@ def connect(path: Path, *, synchronous: str, read_only: bool = False) -> sqlite3
     return connection
 
 
-def _check_identity(connection: sqlite3.Connection, path: Path, exists: bool) -> None:
+def _check_identity(connection: sqlite3.Connection, path: Path) -> bool:
+    """Return True for a database with nothing in it yet; refuse a foreign one."""
     application_id = connection.execute("PRAGMA application_id").fetchone()[0]
     version = connection.execute("PRAGMA user_version").fetchone()[0]
-    if not exists:
-        return
+    if application_id == 0 and version == 0:
+        # Switching to WAL writes the first page before the schema exists, so
+        # a job killed while being created is an empty database: create it.
+        tables = connection.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        if not tables:
+            return True
     if application_id != APPLICATION_ID:
         raise IncompatibleStore(
             f"{path} is a SQLite database but not a crawlq job; nothing was changed: "
@@ -226,6 +241,7 @@ def _check_identity(connection: sqlite3.Connection, path: Path, exists: bool) ->
             f"job {path} was written by a newer crawlq (schema {version}, this crawlq "
             f"reads {SCHEMA_VERSION}); upgrade crawlq to resume it"
         )
+    return False
 
 
 def check_settings(

@@ -34,11 +34,12 @@ power loss; ``synchronous="full"`` also fsyncs every commit.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from heapq import heappop, heappush
 from pathlib import Path
 from typing import Any, Final, cast
@@ -46,11 +47,11 @@ from typing import Any, Final, cast
 import msgspec
 
 from .._bloom import BloomFilter
-from .._errors import ConfigError, FrontierClosed, LeaseError, StoreError
+from .._errors import ConfigError, CorruptStore, FrontierClosed, LeaseError, StoreError
 from .._fingerprint import Fingerprinter
 from .._policy import DELAYED, Board, Policy, Slot
 from .._request import Request, decode_request
-from ._sqlite_job import JobLock, check_settings, connect, job_path, translate
+from ._sqlite_job import JobLock, check_header, check_settings, connect, job_path, translate
 from .base import Entry, HostCount, StoreCounts
 
 __all__ = ["OPTIONS", "SqliteStore", "open_store"]
@@ -130,6 +131,8 @@ class SqliteStore:
         self._lifo = policy.lifo
         self._lease_timeout = policy.lease_timeout
         self._closed = True
+        self._damaged = False
+        check_header(path)  # before the lock: a foreign file gets no lock file
         self._lock = JobLock(path)
         self._lock.acquire()
         try:
@@ -227,6 +230,18 @@ class SqliteStore:
     def _forget(self, slot: Slot) -> None:
         del self._hosts[slot.name]
 
+    @contextlib.contextmanager
+    def _guard(self) -> Iterator[None]:
+        """Translate sqlite3 errors; after meeting damage, write nothing more."""
+        if self._damaged:
+            raise CorruptStore(f"job {self.path} is damaged; it was not written since")
+        try:
+            with translate(self.path):
+                yield
+        except CorruptStore:
+            self._damaged = True
+            raise
+
     # -- the log and the flush --------------------------------------------------
 
     def _log(self, kind: int, items: list[Any]) -> None:
@@ -254,6 +269,7 @@ class SqliteStore:
         log = db.execute("SELECT id, data FROM ops ORDER BY id").fetchall()
         if not log and not ready_at:
             return {}
+        paced = dict(ready_at)
         added: dict[int, tuple[str, int, int, bytes]] = {}
         fingerprints: list[tuple[bytes]] = []
         acked: list[tuple[int]] = []
@@ -268,10 +284,11 @@ class SqliteStore:
                     if fingerprint:
                         fingerprints.append((fingerprint,))
             else:
-                for row_id, host in items:
+                for row_id, host, host_ready_at in items:
                     if added.pop(row_id, None) is None:
                         acked.append((row_id,))
                         delta[host] -= 1
+                    paced[host] = max(paced.get(host, 0.0), host_ready_at)
         best: dict[str, _Key] = {}
         for host, negprio, seq, _ in added.values():
             delta[host] += 1
@@ -280,7 +297,7 @@ class SqliteStore:
                 best[host] = key
         db.execute("BEGIN IMMEDIATE")
         try:
-            host_ids = self._resolve_hosts(delta.keys() | ready_at.keys())
+            host_ids = self._resolve_hosts(delta.keys() | paced.keys())
             fingerprints.sort()
             db.executemany("INSERT OR IGNORE INTO seen (fingerprint) VALUES (?)", fingerprints)
             db.executemany(
@@ -304,8 +321,8 @@ class SqliteStore:
                 ],
             )
             db.executemany(
-                "UPDATE hosts SET ready_at = ? WHERE id = ?",
-                [(when, host_ids[host]) for host, when in ready_at.items()],
+                "UPDATE hosts SET ready_at = max(ready_at, ?) WHERE id = ?",
+                [(when, host_ids[host]) for host, when in paced.items()],
             )
             if log:
                 next_id = last_id + 1  # ids of requests acked before this flush count too
@@ -324,7 +341,7 @@ class SqliteStore:
     def _flush(self, now: float) -> None:
         """Apply the log to the tables, then move fresh requests to the index."""
         paced = {h.name: h.ready_at for h in self._hosts.values() if h.ready_at > now}
-        with translate(self.path):
+        with self._guard():
             host_ids = self._apply_log(paced)
         self._host_ids.update(host_ids)
         for host, key in self._unflushed_acks.values():
@@ -370,7 +387,7 @@ class SqliteStore:
         items: list[tuple[int, str, int, int, bytes | None, bytes]] = []
         next_id = self._next_id
         lifo = self._lifo
-        with translate(self.path):
+        with self._guard():
             for fingerprint, host_name, request, payload in entries:
                 stored: bytes | None = None
                 if not request.dont_filter:
@@ -460,7 +477,7 @@ class SqliteStore:
         if self._deadlines and self._deadlines[0][0] <= now:
             self._expire(now)
         board = self._board
-        with translate(self.path):
+        with self._guard():
             while True:
                 slot = board.take(now)
                 if slot is None:
@@ -581,6 +598,8 @@ class SqliteStore:
         current = []
         for lease in leases:
             if type(lease) is not tuple or len(lease) != 3 or lease[0] is not self:
+                if isinstance(lease, tuple) and lease and _same_job(lease[0], self):
+                    continue  # handed out before the job was reopened: that lease ended
                 raise LeaseError(
                     f"{lease!r} is not a lease of this frontier; only requests returned "
                     "by this frontier's pop() can be acked or released"
@@ -595,8 +614,16 @@ class SqliteStore:
         row_ids = self._current(leases)
         if not row_ids:
             return
-        with translate(self.path):
-            self._log(_ACK, [(row_id, self._leases[row_id][3].name) for row_id in row_ids])
+        with self._guard():
+            # Each ack carries its host's pacing time, so a crash keeps it.
+            self._log(
+                _ACK,
+                [
+                    (row_id, host.name, host.ready_at)
+                    for row_id in row_ids
+                    for host in (self._leases[row_id][3],)
+                ],
+            )
         now = self._clock()
         touched: set[_Host] = set()
         for row_id in row_ids:
@@ -673,7 +700,7 @@ class SqliteStore:
 
     def load_state(self) -> dict[str, Any]:
         self._check_open()
-        with translate(self.path):
+        with self._guard():
             rows = self._db.execute("SELECT key, value FROM state").fetchall()
         return {key: _decode(value) for key, value in rows}
 
@@ -681,7 +708,7 @@ class SqliteStore:
         self._check_open()
         encoded = [(key, _encode(value)) for key, value in state.items()]
         db = self._db
-        with translate(self.path):
+        with self._guard():
             db.execute("BEGIN IMMEDIATE")
             try:
                 db.execute("DELETE FROM state")
@@ -703,9 +730,10 @@ class SqliteStore:
             return
         self._closed = True
         try:
-            self._flush(self._clock())
-            with translate(self.path):
-                self._db.execute("PRAGMA optimize")
+            if not self._damaged:
+                self._flush(self._clock())
+                with self._guard():
+                    self._db.execute("PRAGMA optimize")
         except StoreError:
             pass  # the log is durable: the next open applies it
         finally:
@@ -723,3 +751,7 @@ def _hint(key: _Key | None, column: int) -> tuple[int | None, ...]:
     if key is None:
         return (None, None, None, None)
     return (key[0], key[0], key[1], key[column])
+
+
+def _same_job(owner: object, store: SqliteStore) -> bool:
+    return isinstance(owner, SqliteStore) and owner.path == store.path
