@@ -75,13 +75,20 @@ class Frontier:
         """The fingerprinter that decides which requests are duplicates."""
         return self._fingerprinter
 
-    def _entry(self, request: Request) -> Entry:
+    def _entry(self, request: Request, fingerprint: bytes | None = None) -> Entry:
         if type(request) is not Request and not isinstance(request, Request):
             raise InvalidRequest(
                 f"expected a crawlq.Request, not {type(request).__name__}; "
                 "wrap URLs with crawlq.Request(url)"
             )
-        fingerprint, host = self._fingerprinter.fingerprint_and_host(request)
+        if fingerprint is None:
+            fingerprint, host = self._fingerprinter.fingerprint_and_host(request)
+        else:
+            if type(fingerprint) is not bytes or len(fingerprint) < 16:
+                raise InvalidRequest(
+                    f"a given fingerprint must be at least 16 bytes, not {fingerprint!r}"
+                )
+            host = self._fingerprinter.canonical_and_host(request.url)[1]
         meta = request.meta
         if meta:
             slot = meta.get(_SLOT_KEY)
@@ -108,16 +115,29 @@ class Frontier:
             raise FrontierClosed(f"frontier {self.url} is closed")
         return self._store_add((self._entry(request),))[0]
 
-    def add_many(self, requests: Iterable[Request]) -> list[bool]:
+    def add_many(
+        self, requests: Iterable[Request], *, fingerprints: Sequence[bytes] | None = None
+    ) -> list[bool]:
         """Queue a batch (the links of one page, say); False marks each duplicate.
 
         The batch is validated whole before anything is stored, so one bad
         request rejects the batch and stores none of it. A durable store writes
-        the batch in one transaction.
+        the batch in one transaction. ``fingerprints``, one per request (at
+        least 16 bytes each; the first 16 count), replaces the frontier's own
+        fingerprinter, for crawlers that fingerprint requests their own way
+        (Scrapy's ``crawler.request_fingerprinter``).
         """
         if self._closed:
             raise FrontierClosed(f"frontier {self.url} is closed")
-        entries = [self._entry(request) for request in requests]
+        if fingerprints is None:
+            entries = [self._entry(request) for request in requests]
+        else:
+            batch = list(requests)
+            if len(fingerprints) != len(batch):
+                raise InvalidRequest(
+                    f"{len(fingerprints)} fingerprints given for {len(batch)} requests"
+                )
+            entries = [self._entry(r, f) for r, f in zip(batch, fingerprints, strict=True)]
         if not entries:
             return []
         return self._store.add(entries)

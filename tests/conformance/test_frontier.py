@@ -403,3 +403,17 @@ def test_crawler_state_round_trips(open_store: OpenFrontier) -> None:
     with pytest.raises(crawlq.SerializationError, match="bad"):
         frontier.save_state({"bad": object()})
     assert frontier.load_state() == {"items": 4}
+
+
+def test_given_fingerprints_replace_the_fingerprinter(open_store: OpenFrontier) -> None:
+    frontier = open_store()
+    same = b"s" * 20
+    batch = [Request("https://a.example/1"), Request("https://b.example/2")]
+    assert frontier.add_many(batch, fingerprints=[same, same]) == [True, False]
+    assert frontier.add_many([Request("https://a.example/1")], fingerprints=[b"x" * 16]) == [True]
+    with pytest.raises(crawlq.InvalidRequest, match="fingerprints"):
+        frontier.add_many(batch, fingerprints=[same])
+    with pytest.raises(crawlq.InvalidRequest, match="16 bytes"):
+        frontier.add_many(batch[:1], fingerprints=[b"short"])
+    hosts = {h.host for h in frontier.stats(hosts=True).hosts or ()}
+    assert hosts == {"a.example"}
