@@ -11,7 +11,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from heapq import heapify, heappop, heappush
+from heapq import heapify, heappop, heappush, heapreplace
 from typing import Any, Final
 
 from ._errors import ConfigError
@@ -141,29 +141,19 @@ class Board:
             if len(self._ready) > 2 * self._ready_slots + 64:
                 self._compact()
 
-    def popped(self, slot: Slot, now: float) -> None:
-        """Record that a request of a taken slot was leased, then file the slot.
-
-        Counts the lease and starts the slot's delay; the caller has already
-        set the slot's new head.
-        """
-        slot.leased += 1
-        if self._delay:
-            slot.ready_at = now + self._delay
-        self.place(slot, now)
-
     def take(self, now: float) -> Slot | None:
         """Return the slot to pop from now, or None if no slot is ready.
 
-        The slot leaves the ready heap: the caller leases its head, sets the
-        new head, then calls `popped`.
+        The slot's entry stays at the top of the ready heap: the caller leases
+        the slot's head, sets its new head and calls `popped` (which moves the
+        entry with one sift), or changes the slot and calls `place`.
         """
         delayed = self._delayed
         if delayed and delayed[0][0] <= now:
             self._wake(now)
         ready = self._ready
         while ready:
-            entry = heappop(ready)
+            entry = ready[0]
             slot = entry[3]
             head = slot.head
             if (
@@ -172,10 +162,28 @@ class Board:
                 and head is not None
                 and head[1] == entry[2]
             ):
-                slot.state = IDLE
-                self._ready_slots -= 1
                 return slot
+            heappop(ready)  # stale
         return None
+
+    def popped(self, slot: Slot, now: float) -> None:
+        """Record that the head of the slot `take` returned was leased; file the slot.
+
+        Counts the lease and starts the slot's delay; the caller has already
+        set the slot's new head.
+        """
+        slot.leased += 1
+        if self._delay:
+            slot.ready_at = now + self._delay
+        head = slot.head
+        if head is not None and slot.leased < self._concurrency and slot.ready_at <= now:
+            # Still ready: replace its entry at the top in one sift.
+            heapreplace(self._ready, (head[0], slot.leased, head[1], slot))
+        else:
+            heappop(self._ready)
+            slot.state = IDLE
+            self._ready_slots -= 1
+            self.place(slot, now)
 
     def next_ready_in(self, now: float) -> float | None:
         """Seconds until `take` may return a slot; None if no slot is filed."""
