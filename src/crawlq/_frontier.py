@@ -174,7 +174,10 @@ class Frontier:
         and will be handed out again). Raises `LeaseError` for a request that
         was never handed out.
         """
-        self._store.ack(self._leases((request,)))
+        lease = getattr(request, "_lease", None)
+        if lease is None or self._closed:
+            self._leases((request,))  # raises the right error
+        self._store.ack((lease,))
 
     def ack_many(self, requests: Iterable[Request]) -> None:
         """Mark several popped requests done, in one store operation."""

@@ -148,7 +148,13 @@ class MemoryStore:
         now = self._clock()
         for lease in leases:
             self._end_lease(lease, requeue=False, now=now)
-        self._trim_deadlines()
+        deadlines = self._deadlines
+        # Only an ack of the oldest lease frees the front; the size test keeps
+        # the deque bounded when one slow lease holds the front.
+        if deadlines and (
+            deadlines[1] in leases or len(deadlines) > 4 * len(self._leases) + 2048
+        ):
+            self._trim_deadlines()
 
     def release(self, leases: Sequence[object]) -> None:
         _check_handed_out(leases)
@@ -247,7 +253,7 @@ _QUEUED: Final = _Queued()
 
 
 def _check_handed_out(leases: Sequence[object]) -> None:
-    if any(lease is _QUEUED for lease in leases):
+    if _QUEUED in leases:
         raise LeaseError(
             "that request is queued, not handed out (it was never popped, or was "
             "released); only requests returned by pop() can be acked or released"
