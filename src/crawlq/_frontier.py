@@ -116,7 +116,11 @@ class Frontier:
         return self._store_add((self._entry(request),))[0]
 
     def add_many(
-        self, requests: Iterable[Request], *, fingerprints: Sequence[bytes] | None = None
+        self,
+        requests: Iterable[Request],
+        *,
+        fingerprints: Sequence[bytes] | None = None,
+        ack: Request | None = None,
     ) -> list[bool]:
         """Queue a batch (the links of one page, say); False marks each duplicate.
 
@@ -125,7 +129,9 @@ class Frontier:
         the batch in one transaction. ``fingerprints``, one per request (at
         least 16 bytes each; the first 16 count), replaces the frontier's own
         fingerprinter, for crawlers that fingerprint requests their own way
-        (Scrapy's ``crawler.request_fingerprinter``).
+        (Scrapy's ``crawler.request_fingerprinter``). ``ack`` is a popped request
+        to mark done in the same durable step, after the batch: the page
+        whose links these are. A durable store then commits once, not twice.
         """
         if self._closed:
             raise FrontierClosed(f"frontier {self.url} is closed")
@@ -138,6 +144,8 @@ class Frontier:
                     f"{len(fingerprints)} fingerprints given for {len(batch)} requests"
                 )
             entries = [self._entry(r, f) for r, f in zip(batch, fingerprints, strict=True)]
+        if ack is not None:
+            return self._store.add(entries, self._leases((ack,)))
         if not entries:
             return []
         return self._store.add(entries)

@@ -417,3 +417,21 @@ def test_given_fingerprints_replace_the_fingerprinter(open_store: OpenFrontier) 
         frontier.add_many(batch[:1], fingerprints=[b"short"])
     hosts = {h.host for h in frontier.stats(hosts=True).hosts or ()}
     assert hosts == {"a.example"}
+
+
+def test_add_many_acks_the_parent_in_the_same_step(open_store: OpenFrontier) -> None:
+    frontier = open_store()
+    frontier.add(Request("https://a.example/"))
+    parent = frontier.pop()
+    assert parent is not None
+    children = [Request("https://a.example/1"), Request("https://a.example/")]
+    assert frontier.add_many(children, ack=parent) == [True, False]
+    stats = frontier.stats()
+    assert (stats.queued, stats.leased, len(frontier)) == (1, 0, 1)
+    child = frontier.pop()
+    assert child is not None and child.url == "https://a.example/1"
+    assert frontier.add_many([], ack=child) == []
+    assert len(frontier) == 0
+    with pytest.raises(crawlq.LeaseError):
+        frontier.add_many([Request("https://b.example/")], ack=Request("https://c.example/"))
+    assert frontier.add(Request("https://b.example/"))  # the refused batch stored nothing

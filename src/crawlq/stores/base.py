@@ -81,8 +81,12 @@ class Store(Protocol):
     #: True if the store keeps encoded requests (`Entry.payload` must be set).
     needs_payload: bool
 
-    def add(self, entries: Sequence[Entry]) -> list[bool]:
-        """Dedup and enqueue a batch atomically; False marks a duplicate."""
+    def add(self, entries: Sequence[Entry], finished: Sequence[object] = ()) -> list[bool]:
+        """Dedup and enqueue a batch atomically; False marks a duplicate.
+
+        ``finished`` holds lease handles to ack in the same durable step,
+        after the batch: a request and the children it produced.
+        """
         ...
 
     def pop(self) -> Request | None:

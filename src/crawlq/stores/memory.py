@@ -79,7 +79,7 @@ class MemoryStore:
 
     # -- adding ---------------------------------------------------------------
 
-    def add(self, entries: Sequence[Entry]) -> list[bool]:
+    def add(self, entries: Sequence[Entry], finished: Sequence[object] = ()) -> list[bool]:
         added: list[bool] = []
         seen_add = self._seen.add
         hosts = self._hosts
@@ -106,6 +106,8 @@ class MemoryStore:
                 if host.state != DELAYED:
                     self._board.place(host, self._clock())
             added.append(True)
+        if finished:
+            self.ack(finished)
         return added
 
     # -- popping --------------------------------------------------------------

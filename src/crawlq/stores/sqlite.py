@@ -377,8 +377,9 @@ class SqliteStore:
 
     # -- adding ---------------------------------------------------------------
 
-    def add(self, entries: Sequence[Entry]) -> list[bool]:
+    def add(self, entries: Sequence[Entry], finished: Sequence[object] = ()) -> list[bool]:
         self._check_open()
+        acks = self._current(finished) if finished else []
         db = self._db
         bloom = self._bloom_now()
         unflushed_seen = self._unflushed_seen
@@ -411,10 +412,23 @@ class SqliteStore:
                 seq = -row_id if lifo else row_id
                 items.append((row_id, host_name, -request.priority, seq, stored, payload))
                 added.append(True)
-            if not items:
+            if not items and not acks:
                 return added
-            self._log(_ADD, items)
+            if not acks:
+                self._log(_ADD, items)
+            else:
+                # Children and the parent's ack commit together, children first.
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    if items:
+                        self._log(_ADD, items)
+                    self._log(_ACK, self._ack_records(acks))
+                    db.execute("COMMIT")
+                except BaseException:
+                    db.execute("ROLLBACK")
+                    raise
         # Logged: now, and only now, change what this process remembers.
+        now = self._clock()
         self._next_id = next_id
         self._seen_count += len(batch_fingerprints)
         unflushed_seen |= batch_fingerprints
@@ -424,7 +438,6 @@ class SqliteStore:
                 self._start_bloom(2 * self._seen_count)
         else:
             self._bloom_pending.extend(batch_fingerprints)
-        now = self._clock()
         touched: set[_Host] = set()
         for row_id, host_name, negprio, seq, _, payload in items:
             host = self._hosts.get(host_name)
@@ -439,6 +452,8 @@ class SqliteStore:
             if host.state != DELAYED:
                 self._board.place(host, now)
         self._rows += len(items)
+        if acks:
+            self._acked(acks, now)
         self._after_write(now)
         return added
 
@@ -615,16 +630,21 @@ class SqliteStore:
         if not row_ids:
             return
         with self._guard():
-            # Each ack carries its host's pacing time, so a crash keeps it.
-            self._log(
-                _ACK,
-                [
-                    (row_id, host.name, host.ready_at)
-                    for row_id in row_ids
-                    for host in (self._leases[row_id][3],)
-                ],
-            )
-        now = self._clock()
+            self._log(_ACK, self._ack_records(row_ids))
+        self._acked(row_ids, self._clock())
+        self._after_write(self._clock())
+
+    def _ack_records(self, row_ids: list[int]) -> list[tuple[int, str, float]]:
+        # Each ack carries its host's pacing time, so a crash keeps it.
+        leases = self._leases
+        return [
+            (row_id, host.name, host.ready_at)
+            for row_id in row_ids
+            for host in (leases[row_id][3],)
+        ]
+
+    def _acked(self, row_ids: list[int], now: float) -> None:
+        """Update memory after the acks of ``row_ids`` were logged."""
         touched: set[_Host] = set()
         for row_id in row_ids:
             _, negprio, seq, host = self._leases.pop(row_id)
@@ -640,7 +660,6 @@ class SqliteStore:
             if host.state != DELAYED:
                 self._board.place(host, now)
         self._trim_deadlines()
-        self._after_write(now)
 
     def release(self, leases: Sequence[object]) -> None:
         self._check_open()
