@@ -11,9 +11,11 @@ import pytest
 
 import crawlq
 
+pytest_plugins = ["tests.redis_server"]
+
 #: Stores the conformance suite runs against; a new store adds its name here
 #: and a branch in `store_url`.
-STORES = ["memory", "sqlite"]
+STORES = ["memory", "sqlite", "redis"]
 
 OpenFrontier = Callable[..., crawlq.Frontier]
 _names = itertools.count()

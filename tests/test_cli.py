@@ -7,14 +7,13 @@ import math
 import re
 import subprocess
 import sys
-import types
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 import crawlq
-from crawlq._jobfile import HostReport, JobReport, decode_line, encode_line
+from crawlq._jobfile import decode_line, encode_line
 from crawlq.cli import app
 
 runner = CliRunner()
@@ -190,35 +189,10 @@ def test_inspect_shows_pacing_of_a_host(tmp_path: Path) -> None:
     assert 250 < seconds <= 300
 
 
-def test_inspect_for_a_store_without_inspect_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "crawlq.stores.redis", types.ModuleType("redis_stub"))
-    result = runner.invoke(app, ["inspect", "redis://localhost:6379/0?crawl=x"])
+def test_export_of_a_redis_frontier_is_not_offered() -> None:
+    result = runner.invoke(app, ["export", "redis://127.0.0.1:1/0?crawl=x"])
     assert result.exit_code == 1
-    assert result.stderr == "error: inspect for redis:// comes with the Redis store\n"
-
-
-def test_a_store_plugs_in_with_an_inspect_function(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = []
-
-    def inspect(url: str, *, top: int = 10) -> JobReport:
-        calls.append((url, top))
-        return JobReport(
-            store=url,
-            counts={"queued": 12, "leased": 3},
-            hosts=[HostReport("h.example", 15, 2.5)],
-            host_total=1,
-            priorities=[(0, 15)],
-            settings={"server": "redis 7"},
-        )
-
-    module = types.ModuleType("redis_stub")
-    module.inspect = inspect  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "crawlq.stores.redis", module)
-    result = runner.invoke(app, ["inspect", "redis://r/0?crawl=x", "--top", "4"])
-    assert result.exit_code == 0, result.output
-    assert calls == [("redis://r/0?crawl=x", 4)]
-    assert row(result.output, "leased")[1] == "3"
-    assert row(result.output, "h.example")[1:] == ["15", "ready in 2.5s"]
+    assert "export for redis://" in result.stderr
 
 
 # -- export and import --------------------------------------------------------------

@@ -136,9 +136,11 @@ class StoreFull(StoreError):
 class StoreUnavailable(StoreError):
     """The store cannot be reached now: connection refused, reset or timed out.
 
-    Raised after crawlq's own retries give up. The operation did not take
-    effect (or, for an ack, may have: acks are safe to repeat); nothing
-    accepted before it is lost.
+    Raised after crawlq's own retries give up. The operation may or may not
+    have taken effect (its reply may have been lost); repeating it is safe: a
+    repeated add reports duplicates, acks and releases are idempotent, and the
+    leases of a lost pop come back when they expire. Nothing accepted before
+    it is lost.
     """
 
 

@@ -71,6 +71,11 @@ class Frontier:
         self.url = url
 
     @property
+    def shared(self) -> bool:
+        """True if other processes may add or ack in this frontier's store (Redis)."""
+        return self._store.shared
+
+    @property
     def fingerprinter(self) -> Fingerprinter:
         """The fingerprinter that decides which requests are duplicates."""
         return self._fingerprinter

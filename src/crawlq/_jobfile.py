@@ -83,8 +83,9 @@ class HostReport:
     name: str
     #: Requests stored for the host (queued, and leased ones not yet acked).
     requests: int
-    #: Seconds until pacing lets the host be popped again; 0.0: ready now.
-    ready_in: float
+    #: Seconds until pacing lets the host be popped again; 0.0: ready now;
+    #: None: the store does not say.
+    ready_in: float | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,7 +48,7 @@ MAX_BAD_LINES: Final = 20
 #: JobReport`` and ``export(url) -> Iterator[Request]``.
 _JOB_READERS: Final = {
     "sqlite": "crawlq.stores._sqlite_inspect",
-    "redis": "crawlq.stores.redis",
+    "redis": "crawlq.stores._redis_jobs",
 }
 
 app = typer.Typer(
@@ -305,7 +305,9 @@ def _print_hosts(console: Console, report: JobReport) -> None:
     hosts.add_column("pacing")
     for host in report.hosts:
         pacing = "ready"
-        if host.ready_in > 0:
+        if host.ready_in is None:
+            pacing = "-"
+        elif host.ready_in > 0:
             pacing = f"ready in {host.ready_in:.{1 if host.ready_in >= 1 else 2}f}s"
         hosts.add_row(Text(host.name), f"{host.requests:,}", pacing)
     console.print(hosts)
@@ -448,6 +450,33 @@ def _parse(lines: list[bytes], fingerprinter: Fingerprinter) -> tuple[list[Reque
         else:
             requests.append(request)
     return requests, problems
+
+
+@app.command()
+def purge(
+    url: Annotated[str, typer.Argument(help="A redis:// frontier URL with its ?crawl=NAME.")],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Delete a shared frontier: every key of one crawl on a Redis server.
+
+    A worker's close() never deletes shared data; this is the explicit way.
+    Other crawls on the same server are left alone. Asks for confirmation
+    unless given --yes. Stop the crawl's workers first: a running worker
+    recreates the keys it touches.
+    """
+    with _clean_errors():
+        scheme = _scheme(url)
+        if _SCHEME_ALIASES.get(scheme, scheme) != "redis":
+            raise ConfigError(
+                f"purge deletes a Redis crawl; for a SQLite job ({url}), stop its crawl "
+                "and delete the job directory or file"
+            )
+        purge_crawl = _job_reader(url, "purge")
+        shown = _job_reader(url, "display")(url)
+        if not yes and not typer.confirm(f"Delete every key of {shown}?", default=False):
+            _fail("nothing was deleted")
+        deleted = purge_crawl(url)
+    typer.echo(f"deleted {deleted:,} keys of {shown}")
 
 
 def main() -> None:

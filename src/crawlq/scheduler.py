@@ -11,8 +11,10 @@ here, each on a future of its own kept in a FIFO deque:
 - adders wait for room when ``maxsize`` requests are queued;
 - joiners wait for the frontier to hold nothing queued or leased.
 
-No coroutine polls: a single timer is armed for the moment the frontier says
-its next request becomes ready.
+No coroutine polls a local store: a single timer is armed for the moment the
+frontier says its next request becomes ready. On a shared store (Redis) other
+workers add and ack unseen, so the timer also fires every half second while
+coroutines wait.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ __all__ = ["Scheduler", "SchedulerStats"]
 # A timer never fires sooner than this after being armed, so that a store whose
 # ready time is approximate cannot make the scheduler spin.
 _MIN_WAIT = 0.001
+# How often a waiting get() looks again at a store other processes change.
+_SHARED_POLL = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,6 +245,9 @@ class Scheduler:
         if not self._getters or self._closed:
             return
         delay = self._frontier.next_ready_in()
+        if self._frontier.shared:
+            # Other workers add and ack where this one cannot see it happen.
+            delay = _SHARED_POLL if delay is None else min(delay, _SHARED_POLL)
         if delay is None:
             return
         loop = asyncio.get_running_loop()

@@ -80,6 +80,9 @@ class Store(Protocol):
 
     #: True if the store keeps encoded requests (`Entry.payload` must be set).
     needs_payload: bool
+    #: True if other processes may change the store (adds, acks) behind this
+    #: one's back, so a waiting scheduler must look again now and then.
+    shared: bool
 
     def add(self, entries: Sequence[Entry], finished: Sequence[object] = ()) -> list[bool]:
         """Dedup and enqueue a batch atomically; False marks a duplicate.

@@ -57,6 +57,7 @@ class MemoryStore:
     """
 
     needs_payload = False
+    shared = False
 
     def __init__(self, policy: Policy) -> None:
         self._clock = policy.clock

@@ -120,6 +120,7 @@ class SqliteStore:
     """Requests, fingerprints, pacing and state of one job, in one SQLite file."""
 
     needs_payload = True
+    shared = False  # one process per job: the job lock sees to it
 
     def __init__(
         self, path: Path, policy: Policy, fingerprinter: Fingerprinter, *, synchronous: str

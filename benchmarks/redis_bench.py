@@ -1,0 +1,511 @@
+"""crawlq's Redis store against scrapy-redis and qcrawl's Redis queue, one local server.
+
+    python benchmarks/redis_bench.py [--repeat 3] [--quick] [--only W1,W2,W6]
+
+Starts one redis-server on a free 127.0.0.1 port (no persistence), runs every
+measurement in a fresh Python process against it (the server is flushed
+before each), prints medians and crawlq's ratios, and stops the server by its
+pid. Needs redis-server, scrapy-redis and qcrawl (benchmark-only peers).
+
+Workloads (data from workloads.py, so they match the other benchmarks):
+
+W1  100,000 distinct URLs over 1,000 hosts, priorities in [-10, 10], 10%
+    exact duplicates mixed in. Enqueue all, then dequeue all. crawlq enqueues
+    through ``add_many`` in batches of 100 (and, in its own run, one ``add``
+    per request); peers have no batch API. Dequeue is crawlq's ``pop`` (a
+    lease; its prefetch serves most pops locally), scrapy-redis's
+    ``next_request`` and qcrawl's ``get``.
+W2  1,000 seeds; each step dequeues one request, offers its 5 children (half
+    already seen) and, for crawlq, acks the parent: ``pop`` then
+    ``add_many(5, ack=parent)`` (one round trip), or ``pop``, ``add_many(5)``,
+    ``ack``. Peers: dequeue, then 5 single enqueues.
+W6  the W1 frontier drained by 1, then 2, worker processes, each completing
+    what it takes (crawlq: ``pop`` + ``ack``; scrapy-redis: ``next_request``);
+    total dequeues per second.
+
+Peers are configured as documented: scrapy-redis's Scheduler with its
+PriorityQueue, RFPDupeFilter and default (pickle) serializer; qcrawl's
+RedisQueue with ``dedupe=True`` (its default, ``dedupe=False``, keeps every
+duplicate), given crawlq's priorities as is since that queue serves the
+highest number first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import itertools
+import json
+import multiprocessing
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import workloads
+
+perf = time.perf_counter
+BATCH = 100
+Result = dict[str, Any]
+
+
+def _crawl(url: str) -> str:
+    """The crawlq frontier URL on the benchmark server."""
+    return f"{url}?crawl=bench"
+
+
+# -- crawlq -------------------------------------------------------------------------
+
+
+def _crawlq_requests(urls: list[str], priorities: list[int]) -> list[Any]:
+    import crawlq
+
+    return [crawlq.Request(u, priority=p) for u, p in zip(urls, priorities, strict=True)]
+
+
+def crawlq_w1(url: str, sizes: workloads.Sizes, params: dict[str, Any]) -> Result:
+    import crawlq
+
+    data = workloads.w1_data(sizes.w1_unique, sizes.w1_hosts)
+    requests = _crawlq_requests(data.urls, data.priorities)
+    frontier = crawlq.open_frontier(_crawl(url))
+    gc.collect()
+    start = perf()
+    if params["enqueue"] == "add_many":
+        for i in range(0, len(requests), BATCH):
+            frontier.add_many(requests[i : i + BATCH])
+    else:
+        for request in requests:
+            frontier.add(request)
+    enqueue_s = perf() - start
+    accepted = len(frontier)
+    result: Result = {"enqueue_rate": len(requests) / enqueue_s, "accepted": accepted}
+    if params.get("dequeue", True):
+        pop = frontier.pop
+        priorities: list[int] = []
+        append = priorities.append
+        start = perf()
+        while (request := pop()) is not None:
+            append(request.priority)
+        dequeue_s = perf() - start
+        result["dequeue_rate"] = len(priorities) / dequeue_s
+        result["ok"] = accepted == data.unique == len(priorities) and _non_increasing(priorities)
+    else:
+        result["ok"] = accepted == data.unique
+    frontier.close()
+    return result
+
+
+def crawlq_w2(url: str, sizes: workloads.Sizes, params: dict[str, Any]) -> Result:
+    import crawlq
+
+    plan = workloads.w2_plan(sizes.w2_seeds, W2_STEPS[sizes is QUICK], sizes.w2_hosts)
+    seeds = _crawlq_requests(plan.seed_urls, plan.seed_priorities)
+    children = _crawlq_requests(plan.child_urls, plan.child_priorities)
+    batches = [children[i : i + 5] for i in range(0, len(children), 5)]
+    frontier = crawlq.open_frontier(_crawl(url))
+    frontier.add_many(seeds)
+    pop, add_many, ack = frontier.pop, frontier.add_many, frontier.ack
+    gc.collect()
+    start = perf()
+    if params.get("ack") == "in add_many":
+        for batch in batches:
+            add_many(batch, ack=pop())
+    else:
+        for batch in batches:
+            request = pop()
+            add_many(batch)
+            ack(request)  # type: ignore[arg-type]  # never None: seeds outnumber steps
+    elapsed = perf() - start
+    stats = frontier.stats()
+    frontier.close()
+    return {"steps_rate": len(batches) / elapsed, "ok": stats.leased <= 1}
+
+
+def _crawlq_drain(url: str, ready: Any, go: Any, out: Any) -> None:
+    import crawlq
+
+    frontier = crawlq.open_frontier(_crawl(url))
+    pop, ack = frontier.pop, frontier.ack
+    done = 0
+    ready.release()
+    go.wait()
+    while (request := pop()) is not None:
+        ack(request)
+        done += 1
+    out.put((done, perf()))
+    frontier.close()
+
+
+def crawlq_w6(url: str, sizes: workloads.Sizes, params: dict[str, Any]) -> Result:
+    import crawlq
+
+    data = workloads.w1_data(W6_SIZE[sizes is QUICK], sizes.w1_hosts, duplicate_every=0)
+    with crawlq.open_frontier(_crawl(url)) as frontier:
+        requests = _crawlq_requests(data.urls, data.priorities)
+        for i in range(0, len(requests), 1000):
+            frontier.add_many(requests[i : i + 1000])
+    return _run_workers(_crawlq_drain, url, params["workers"], data.unique)
+
+
+# -- scrapy-redis -------------------------------------------------------------------
+
+
+def _scrapy_scheduler(url: str) -> Any:
+    import redis
+    from scrapy import Spider
+    from scrapy_redis.dupefilter import RFPDupeFilter  # type: ignore[import-untyped]
+    from scrapy_redis.scheduler import Scheduler  # type: ignore[import-untyped]
+
+    server = redis.Redis.from_url(url)
+    scheduler = Scheduler(
+        server,
+        persist=True,
+        queue_key="%(spider)s:requests",
+        queue_cls="scrapy_redis.queue.PriorityQueue",
+        dupefilter=RFPDupeFilter(server, "bench:dupefilter"),
+    )
+    scheduler.open(Spider(name="bench"))
+    return scheduler
+
+
+def _scrapy_requests(urls: list[str], priorities: list[int]) -> list[Any]:
+    from scrapy import Request
+
+    return [Request(u, priority=p) for u, p in zip(urls, priorities, strict=True)]
+
+
+def scrapy_w1(url: str, sizes: workloads.Sizes, params: dict[str, Any]) -> Result:
+    data = workloads.w1_data(sizes.w1_unique, sizes.w1_hosts)
+    requests = _scrapy_requests(data.urls, data.priorities)
+    scheduler = _scrapy_scheduler(url)
+    enqueue = scheduler.enqueue_request
+    gc.collect()
+    start = perf()
+    for request in requests:
+        enqueue(request)
+    enqueue_s = perf() - start
+    accepted = len(scheduler)
+    priorities = []
+    start = perf()
+    while (request := scheduler.next_request()) is not None:
+        priorities.append(request.priority)
+    dequeue_s = perf() - start
+    return {
+        "enqueue_rate": len(requests) / enqueue_s,
+        "dequeue_rate": len(priorities) / dequeue_s,
+        "accepted": accepted,
+        "ok": accepted == data.unique == len(priorities) and _non_increasing(priorities),
+    }
+
+
+def scrapy_w2(url: str, sizes: workloads.Sizes, params: dict[str, Any]) -> Result:
+    plan = workloads.w2_plan(sizes.w2_seeds, W2_STEPS[sizes is QUICK], sizes.w2_hosts)
+    scheduler = _scrapy_scheduler(url)
+    for request in _scrapy_requests(plan.seed_urls, plan.seed_priorities):
+        scheduler.enqueue_request(request)
+    children = _scrapy_requests(plan.child_urls, plan.child_priorities)
+    batches = [children[i : i + 5] for i in range(0, len(children), 5)]
+    next_request, enqueue = scheduler.next_request, scheduler.enqueue_request
+    gc.collect()
+    start = perf()
+    for batch in batches:
+        next_request()
+        for child in batch:
+            enqueue(child)
+    elapsed = perf() - start
+    return {"steps_rate": len(batches) / elapsed, "ok": True}
+
+
+def _scrapy_drain(url: str, ready: Any, go: Any, out: Any) -> None:
+    scheduler = _scrapy_scheduler(url)
+    done = 0
+    ready.release()
+    go.wait()
+    while scheduler.next_request() is not None:
+        done += 1
+    out.put((done, perf()))
+
+
+def scrapy_w6(url: str, sizes: workloads.Sizes, params: dict[str, Any]) -> Result:
+    data = workloads.w1_data(W6_SIZE[sizes is QUICK], sizes.w1_hosts, duplicate_every=0)
+    scheduler = _scrapy_scheduler(url)
+    for request in _scrapy_requests(data.urls, data.priorities):
+        scheduler.enqueue_request(request)
+    return _run_workers(_scrapy_drain, url, params["workers"], data.unique)
+
+
+# -- qcrawl -------------------------------------------------------------------------
+
+
+def qcrawl_w1(url: str, sizes: workloads.Sizes, params: dict[str, Any]) -> Result:
+    from qcrawl.core.queues.redis import RedisQueue  # type: ignore[import-untyped]
+    from qcrawl.core.request import Request  # type: ignore[import-untyped]
+
+    data = workloads.w1_data(sizes.w1_unique, sizes.w1_hosts)
+    requests = [Request(url=u) for u in data.urls]
+
+    async def main() -> Result:
+        queue = RedisQueue(url=url, namespace="bench", dedupe=True)
+        put = queue.put
+        gc.collect()
+        start = perf()
+        for request, priority in zip(requests, data.priorities, strict=True):
+            await put(request, priority)
+        enqueue_s = perf() - start
+        accepted = await queue.size()
+        got = 0
+        start = perf()
+        for _ in range(accepted):
+            await queue.get(timeout=1.0)
+            got += 1
+        dequeue_s = perf() - start
+        await queue.close()
+        return {
+            "enqueue_rate": len(requests) / enqueue_s,
+            "dequeue_rate": got / dequeue_s,
+            "accepted": accepted,
+            "ok": accepted == data.unique == got,
+        }
+
+    return asyncio.run(main())
+
+
+def qcrawl_w2(url: str, sizes: workloads.Sizes, params: dict[str, Any]) -> Result:
+    from qcrawl.core.queues.redis import RedisQueue
+    from qcrawl.core.request import Request
+
+    plan = workloads.w2_plan(sizes.w2_seeds, W2_STEPS[sizes is QUICK], sizes.w2_hosts)
+    children = [Request(url=u) for u in plan.child_urls]
+
+    async def main() -> Result:
+        queue = RedisQueue(url=url, namespace="bench", dedupe=True)
+        for seed in plan.seed_urls:
+            await queue.put(Request(url=seed), 0)
+        gc.collect()
+        start = perf()
+        for step in range(plan.steps):
+            await queue.get(timeout=1.0)
+            for k in range(step * 5, step * 5 + 5):
+                await queue.put(children[k], plan.child_priorities[k])
+        elapsed = perf() - start
+        await queue.close()
+        return {"steps_rate": plan.steps / elapsed, "ok": True}
+
+    return asyncio.run(main())
+
+
+# -- shared -------------------------------------------------------------------------
+
+QUICK = workloads.QUICK
+W2_STEPS = {False: 10_000, True: 2_000}
+W6_SIZE = {False: 40_000, True: 8_000}
+
+
+def _non_increasing(priorities: list[int]) -> bool:
+    return all(a >= b for a, b in itertools.pairwise(priorities))
+
+
+def _run_workers(target: Callable[..., None], url: str, count: int, expected: int) -> Result:
+    """Drain a seeded frontier with ``count`` processes started together."""
+    context = multiprocessing.get_context("spawn")
+    ready, go, out = context.Semaphore(0), context.Event(), context.Queue()
+    processes = [context.Process(target=target, args=(url, ready, go, out)) for _ in range(count)]
+    for process in processes:
+        process.start()
+    for _ in processes:
+        ready.acquire()
+    start = perf()
+    go.set()
+    results = [out.get(timeout=600) for _ in processes]
+    for process in processes:
+        process.join()
+    done = sum(n for n, _ in results)
+    elapsed = max(t for _, t in results) - start
+    return {"dequeue_rate": done / elapsed, "ok": done == expected}
+
+
+RUNNERS: dict[tuple[str, str], Callable[[str, workloads.Sizes, dict[str, Any]], Result]] = {
+    ("W1", "crawlq"): crawlq_w1,
+    ("W2", "crawlq"): crawlq_w2,
+    ("W6", "crawlq"): crawlq_w6,
+    ("W1", "scrapy-redis"): scrapy_w1,
+    ("W2", "scrapy-redis"): scrapy_w2,
+    ("W6", "scrapy-redis"): scrapy_w6,
+    ("W1", "qcrawl"): qcrawl_w1,
+    ("W2", "qcrawl"): qcrawl_w2,
+}
+
+# (workload, implementation, label, params)
+PLAN: list[tuple[str, str, str, dict[str, Any]]] = [
+    ("W1", "crawlq", "crawlq add_many(100) / pop", {"enqueue": "add_many"}),
+    ("W1", "crawlq", "crawlq add (single)", {"enqueue": "add", "dequeue": False}),
+    ("W1", "scrapy-redis", "scrapy-redis", {}),
+    ("W1", "qcrawl", "qcrawl RedisQueue", {}),
+    ("W2", "crawlq", "crawlq pop, add_many(5, ack=parent)", {"ack": "in add_many"}),
+    ("W2", "crawlq", "crawlq pop, add_many(5), ack", {}),
+    ("W2", "scrapy-redis", "scrapy-redis", {}),
+    ("W2", "qcrawl", "qcrawl RedisQueue", {}),
+    ("W6", "crawlq", "crawlq, 1 worker", {"workers": 1}),
+    ("W6", "crawlq", "crawlq, 2 workers", {"workers": 2}),
+    ("W6", "scrapy-redis", "scrapy-redis, 1 worker", {"workers": 1}),
+    ("W6", "scrapy-redis", "scrapy-redis, 2 workers", {"workers": 2}),
+]
+
+
+# -- the server and the driver ------------------------------------------------------
+
+
+class Server:
+    """A redis-server on a free loopback port, stopped by its pid."""
+
+    def __init__(self) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            sys.exit("redis-server is not installed: apt-get install -y redis-server")
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.dir = tempfile.mkdtemp(prefix="crawlq-redis-bench-")
+        args = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
+        args += ["--appendonly", "no", "--dir", self.dir, "--logfile", f"{self.dir}/log"]
+        self.process = subprocess.Popen(args)
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        for _ in range(500):
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
+                    s.sendall(b"PING\r\n")
+                    if s.recv(16).startswith(b"+PONG"):
+                        return
+            except OSError:
+                time.sleep(0.02)
+        self.stop()
+        sys.exit("redis-server did not start")
+
+    def flush(self) -> None:
+        with socket.create_connection(("127.0.0.1", self.port)) as s:
+            s.sendall(b"FLUSHALL\r\n")
+            s.recv(16)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGTERM)
+            self.process.wait(timeout=30)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def run_one(
+    server: Server, workload: str, impl: str, params: dict[str, Any], quick: bool
+) -> Result:
+    server.flush()
+    spec = json.dumps({"workload": workload, "impl": impl, "params": params, "quick": quick})
+    done = subprocess.run(
+        [sys.executable, __file__, "--one", spec, "--url", server.url],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    if done.returncode != 0:
+        return {"error": (done.stderr.strip().splitlines() or ["?"])[-1]}
+    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def _median(runs: list[Result], metric: str) -> float | None:
+    values = [r[metric] for r in runs if metric in r]
+    return statistics.median(values) if values else None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--only", default="W1,W2,W6")
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("--url", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        spec = json.loads(args.one)
+        sizes = workloads.sizes_for(spec["quick"])
+        result = RUNNERS[spec["workload"], spec["impl"]](args.url, sizes, spec["params"])
+        print(json.dumps(result))
+        return
+    only = set(args.only.split(","))
+    server = Server()
+    medians: dict[tuple[str, str], dict[str, float | None]] = {}
+    try:
+        for workload, impl, label, params in PLAN:
+            if workload not in only:
+                continue
+            runs = [run_one(server, workload, impl, params, args.quick) for _ in range(args.repeat)]
+            errors = [r["error"] for r in runs if "error" in r]
+            metrics = ("enqueue_rate", "dequeue_rate", "steps_rate")
+            medians[workload, label] = {m: _median(runs, m) for m in metrics}
+            shown = ", ".join(
+                f"{m.replace('_rate', '')} {v:,.0f}/s"
+                for m, v in medians[workload, label].items()
+                if v
+            )
+            okay = all(r.get("ok") for r in runs if "error" not in r)
+            print(
+                f"{workload}  {label:32s} {shown or '-'}"
+                + ("" if okay else "  [CHECK FAILED]")
+                + (f"  [{len(errors)} failed: {errors[0]}]" if errors else ""),
+                flush=True,
+            )
+    finally:
+        server.stop()
+    _ratios(medians)
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.1f}x" if a and b else "n/a"
+
+
+def _ratios(m: dict[tuple[str, str], dict[str, float | None]]) -> None:
+    def rate(workload: str, label: str, metric: str) -> float | None:
+        return m.get((workload, label), {}).get(metric)
+
+    print("\nRatios of medians:")
+    for peer in ("scrapy-redis", "qcrawl RedisQueue"):
+        if (("W1", peer)) not in m:
+            continue
+        enqueue = rate("W1", peer, "enqueue_rate")
+        batched = rate("W1", "crawlq add_many(100) / pop", "enqueue_rate")
+        single = rate("W1", "crawlq add (single)", "enqueue_rate")
+        dequeue = _ratio(
+            rate("W1", "crawlq add_many(100) / pop", "dequeue_rate"),
+            rate("W1", peer, "dequeue_rate"),
+        )
+        print(
+            f"  W1 crawlq / {peer}: enqueue {_ratio(batched, enqueue)} "
+            f"(single add {_ratio(single, enqueue)}), dequeue {dequeue}"
+        )
+    for peer in ("scrapy-redis", "qcrawl RedisQueue"):
+        if ("W2", peer) in m:
+            other = rate("W2", peer, "steps_rate")
+            joint = rate("W2", "crawlq pop, add_many(5, ack=parent)", "steps_rate")
+            apart = rate("W2", "crawlq pop, add_many(5), ack", "steps_rate")
+            print(
+                f"  W2 crawlq / {peer}: {_ratio(joint, other)} with ack=parent, "
+                f"{_ratio(apart, other)} with a separate ack"
+            )
+    for impl in ("crawlq", "scrapy-redis"):
+        one = rate("W6", f"{impl}, 1 worker", "dequeue_rate")
+        two = rate("W6", f"{impl}, 2 workers", "dequeue_rate")
+        if one and two:
+            print(f"  W6 {impl}: 2 workers / 1 worker = {_ratio(two, one)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,253 @@
+"""Looking at and removing a crawl kept in Redis: host counts, `inspect`, `purge`.
+
+These read a crawl's keys directly, without opening a frontier, so they work
+on a crawl that workers are using right now (``inspect`` reads while they
+write: its figures are a close, not an atomic, snapshot) and on one created
+with any settings. They are the logic behind ``crawlq inspect URL`` and
+``crawlq purge URL``.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Final
+
+from ._redis_config import RedisURL, parse_url
+from ._redis_conn import Link, acquire_client, pack, redis_module, release_client
+from .base import HostCount
+
+__all__ = ["Inspection", "host_counts", "inspect", "purge"]
+
+_SCAN_COUNT: Final = 1000
+_HIST_CHUNK: Final = 200  # hosts per inspect.lua call
+_STATE_HEAD: Final = struct.Struct(">BI")  # flag, leased
+
+
+def _scan_hosts(link: Link, prefix: bytes) -> dict[str, int]:
+    """Every host with state, and its lease count."""
+    leased: dict[str, int] = {}
+    cursor = b"0"
+    while True:
+        cursor, flat = link.command(
+            b"HSCAN", prefix + b"hosts", cursor, b"COUNT", _SCAN_COUNT, doing="listing hosts"
+        )
+        for i in range(0, len(flat), 2):
+            # The state is packed by lib.lua as struct '>BI4dd' .. head id.
+            leased[flat[i].decode()] = _STATE_HEAD.unpack_from(flat[i + 1])[1]
+        if cursor in (b"0", 0):
+            return leased
+
+
+def host_counts(
+    link: Link, prefix: bytes, limit: int, prefetched: Mapping[str, int]
+) -> list[HostCount]:
+    """Up to ``limit`` hosts with the most queued requests.
+
+    ``prefetched`` counts, per host, requests this process leased ahead and has
+    not handed out: they are reported as queued. Costs O(hosts) on the client
+    and one pipelined ZCARD per host.
+    """
+    leased = _scan_hosts(link, prefix)
+    names = list(leased)
+    queued: list[int] = []
+    for start in range(0, len(names), _SCAN_COUNT):
+        chunk = names[start : start + _SCAN_COUNT]
+        queued += link.commands(
+            [(b"ZCARD", prefix + b"q:" + name.encode()) for name in chunk], "counting hosts"
+        )
+    counts = []
+    for name, waiting in zip(names, queued, strict=True):
+        mine = prefetched.get(name, 0)
+        waiting += mine
+        held = leased[name] - mine
+        if waiting or held:
+            counts.append(HostCount(name, waiting, held))
+    counts.sort(key=lambda h: (-h.queued, -h.leased, h.host))
+    return counts[:limit]
+
+
+@dataclass(frozen=True)
+class Inspection:
+    """What ``crawlq inspect`` shows about a crawl kept in Redis."""
+
+    #: The frontier URL, password masked.
+    url: str
+    #: The crawl name.
+    crawl: str
+    #: False when no crawl of that name exists (every count is then 0).
+    exists: bool
+    #: The server's version, e.g. "7.0.15".
+    server_version: str
+    #: Requests waiting to be handed out.
+    queued: int
+    #: Requests handed out (including workers' prefetched ones) and not yet acked.
+    leased: int
+    #: Leases whose deadline has passed; the next pop by any worker puts them back.
+    expired_leases: int
+    #: Seconds until the next lease deadline, None without leases.
+    next_lease_deadline_in: float | None
+    #: Leased requests per worker (host/pid/random id of its store).
+    leases_by_owner: dict[str, int]
+    #: Fingerprints recorded (Bloom mode: insertions that set a new bit).
+    seen: int
+    #: "exact" or "bloom".
+    dedup: str
+    #: Bloom mode only: share of bits set, and the false-positive rate it implies.
+    bloom_fill_ratio: float | None
+    bloom_false_positive_rate: float | None
+    #: Hosts with the most queued requests, busiest first.
+    hosts: list[HostCount]
+    #: Hosts with any queued or leased request.
+    host_total: int
+    #: Queued requests per priority, highest priority first.
+    priorities: list[tuple[int, int]]
+    #: The crawl's fixed settings and those of the last store that opened it.
+    settings: dict[str, str] = field(default_factory=dict)
+    #: Server memory in use (all crawls and data on that server), bytes.
+    used_memory: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (hosts as dicts)."""
+        return asdict(self)
+
+
+def _open_link(url: str) -> tuple[RedisURL, Link]:
+    location = parse_url(url)
+    redis_module()
+    client = acquire_client(location)
+    return location, Link(location, client, retry_timeout=5.0)
+
+
+def _close_link(location: RedisURL, link: Link) -> None:
+    link.close()
+    release_client(location)
+
+
+def inspect(url: str, *, hosts: int = 20) -> Inspection:
+    """Describe the crawl at a Redis frontier URL, without changing it.
+
+    Reads counts, the ``hosts`` busiest hosts, the priority histogram (one
+    short server-side walk per host queue), leases per worker and the crawl's
+    settings. Raises `ConfigError` for a bad URL, `StoreUnavailable` or
+    `StoreError` when the server cannot be read.
+    """
+    location, link = _open_link(url)
+    prefix = location.prefix.encode()
+    try:
+        meta_flat = link.command(b"HGETALL", prefix + b"meta", doing="inspecting")
+        meta = {
+            meta_flat[i].decode(): meta_flat[i + 1].decode() for i in range(0, len(meta_flat), 2)
+        }
+        info = link.command(b"INFO", doing="inspecting").decode()
+        fields = dict(
+            line.split(":", 1) for line in info.splitlines() if ":" in line and line[0] != "#"
+        )
+        bloom_bits = int(meta.get("bloom_bits", "0") or 0)
+        now_s, now_us = link.command(b"TIME", doing="inspecting")
+        now_ms = int(now_s) * 1000 + int(now_us) // 1000
+        leases = prefix + b"leases"
+        replies = link.commands(
+            [
+                (b"ZCARD", leases),
+                (b"ZCOUNT", leases, b"-inf", now_ms),
+                (b"ZRANGE", leases, 0, 0, b"WITHSCORES"),
+                (b"SCARD", prefix + b"seen"),
+                (b"BITCOUNT", prefix + b"bloom"),
+            ],
+            "inspecting",
+        )
+        leased, expired, first, seen_set, ones = replies
+        by_owner = _leases_by_owner(link, prefix)
+        every = host_counts(link, prefix, 1 << 62, {})
+        priorities = _priorities(link, prefix, [h.host for h in every if h.queued])
+    finally:
+        _close_link(location, link)
+    fill = ones / bloom_bits if bloom_bits else None
+    hashes = int(meta.get("bloom_hashes", "0") or 0)
+    settings = {
+        k: v
+        for k, v in meta.items()
+        if k in ("format", "lifo", "created", "bloom_capacity", "bloom_error_rate")
+        or k.startswith("last_")
+    }
+    return Inspection(
+        url=location.display,
+        crawl=location.crawl,
+        exists=bool(meta),
+        server_version=fields.get("redis_version", "?"),
+        queued=int(meta.get("queued", "0") or 0),
+        leased=int(leased),
+        expired_leases=int(expired),
+        next_lease_deadline_in=(max(0.0, (float(first[1]) - now_ms) / 1000) if first else None),
+        leases_by_owner=by_owner,
+        seen=int(meta.get("seen", "0") or 0) if bloom_bits else int(seen_set),
+        dedup="bloom" if bloom_bits else "exact",
+        bloom_fill_ratio=fill,
+        bloom_false_positive_rate=fill**hashes if fill is not None else None,
+        hosts=every[:hosts],
+        host_total=len(every),
+        priorities=priorities,
+        settings=settings,
+        used_memory=int(fields.get("used_memory", "0") or 0),
+    )
+
+
+def _leases_by_owner(link: Link, prefix: bytes) -> dict[str, int]:
+    owners: dict[str, int] = {}
+    cursor = b"0"
+    while True:
+        cursor, flat = link.command(
+            b"HSCAN", prefix + b"lease", cursor, b"COUNT", _SCAN_COUNT, doing="listing leases"
+        )
+        for field_, record in zip(flat[::2], flat[1::2], strict=True):
+            if field_.startswith(b"@"):
+                continue  # a worker's last outcome, not a lease
+            # The token starts the record: "owner:call.n".
+            token = record.partition(b" ")[0]
+            owner = token.rpartition(b":")[0].decode(errors="replace")
+            owners[owner] = owners.get(owner, 0) + 1
+        if cursor in (b"0", 0):
+            return dict(sorted(owners.items(), key=lambda item: -item[1]))
+
+
+def _priorities(link: Link, prefix: bytes, names: list[str]) -> list[tuple[int, int]]:
+    link.load_library("inspecting")
+    function = link.library.function["histogram"]
+    totals: dict[int, int] = {}
+    for start in range(0, len(names), _HIST_CHUNK):
+        chunk = [name.encode() for name in names[start : start + _HIST_CHUNK]]
+        flat = link.call(pack([b"FCALL", function, b"1", prefix, *chunk]), "inspecting")
+        for i in range(0, len(flat), 2):
+            priority = -int(float(flat[i]))
+            totals[priority] = totals.get(priority, 0) + int(flat[i + 1])
+    return sorted(totals.items(), reverse=True)
+
+
+def purge(url: str) -> int:
+    """Delete every key of the crawl at a Redis frontier URL; return how many.
+
+    The only way crawlq deletes shared data (``close()`` never does). Run it
+    when no worker uses the crawl: a worker still running recreates the keys
+    it touches. Other crawls on the server are left alone. Raises
+    `ConfigError` for a bad URL, `StoreUnavailable` or `StoreError` when the
+    server cannot be reached or refuses.
+    """
+    location, link = _open_link(url)
+    # The crawl name allows no glob characters, so this matches its keys only.
+    pattern = location.prefix.encode() + b"*"
+    deleted = 0
+    try:
+        cursor = b"0"
+        while True:
+            cursor, keys = link.command(
+                b"SCAN", cursor, b"MATCH", pattern, b"COUNT", _SCAN_COUNT, doing="purging"
+            )
+            if keys:
+                deleted += int(link.command(b"UNLINK", *keys, doing="purging"))
+            if cursor in (b"0", 0):
+                break
+    finally:
+        _close_link(location, link)
+    return deleted

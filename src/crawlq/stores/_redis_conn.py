@@ -1,0 +1,350 @@
+"""Redis plumbing for the Redis store: cached clients, one connection, errors.
+
+`acquire_client` keeps one redis-py client per distinct URL (as parsed by
+``_redis_config``), shared by every store opened on it. A
+`Link` is one dedicated connection of such a client: the store's hot path
+sends pre-packed commands on it (the redis-py client wrapper costs more than
+the round trip itself), retries transient failures with backoff, loads the
+function library again when the server lost it, and turns every redis-py
+exception into a crawlq error at this boundary.
+
+``redis`` is imported lazily, so ``import crawlq`` works without the extra.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from importlib import resources
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Final
+
+from .._errors import ConfigError, IncompatibleStore, StoreError, StoreFull, StoreUnavailable
+from ._redis_config import RedisURL
+
+if TYPE_CHECKING:
+    import redis
+
+__all__ = [
+    "Library",
+    "Link",
+    "acquire_client",
+    "library",
+    "pack",
+    "release_client",
+    "server_version",
+    "translate",
+]
+
+INSTALL_HINT: Final = "the Redis store needs redis-py: pip install 'crawlq[redis]'"
+#: Oldest server crawlq's Lua runs on: Redis Functions came with 7.0.
+MIN_SERVER: Final = (7, 0)
+_TRANSIENT_REPLIES: Final = ("LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "READONLY", "CLUSTERDOWN")
+
+
+def redis_module() -> ModuleType:
+    """Import redis-py, or raise `ConfigError` naming the extra to install."""
+    try:
+        import redis
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] == "redis":
+            raise ConfigError(INSTALL_HINT) from None
+        raise
+    return redis
+
+
+# -- one client per URL ------------------------------------------------------------
+
+_clients: dict[str, tuple[Any, int]] = {}
+_clients_lock = threading.Lock()
+
+
+def acquire_client(location: RedisURL) -> redis.Redis:
+    """Return the client for this exact URL, creating it on first use.
+
+    Clients are shared per URL string, so frontiers of one spider reuse one
+    connection pool while spiders with other settings never share the wrong
+    one. Pair each call with `release_client`.
+    """
+    redis = redis_module()
+    with _clients_lock:
+        client, users = _clients.get(location.raw, (None, 0))
+        if client is None:
+            from redis.backoff import NoBackoff
+            from redis.retry import Retry
+
+            # Retries are ours (Link.call): redis-py's would hide how long we waited.
+            client = redis.Redis(**location.kwargs, retry=Retry(NoBackoff(), 0))
+        _clients[location.raw] = (client, users + 1)
+        return client  # type: ignore[no-any-return]
+
+
+def release_client(location: RedisURL) -> None:
+    """Drop one use of a client; the last user closes its connections."""
+    with _clients_lock:
+        client, users = _clients.get(location.raw, (None, 0))
+        if client is None:
+            return
+        if users > 1:
+            _clients[location.raw] = (client, users - 1)
+            return
+        del _clients[location.raw]
+    client.close()
+
+
+# -- errors ------------------------------------------------------------------------
+
+
+def translate(exc: BaseException, location: RedisURL, doing: str) -> StoreError:
+    """Turn a redis-py exception into a crawlq error naming the fix."""
+    redis = redis_module()
+    errors = redis.exceptions
+    where = location.display
+    text = location.scrub(str(exc)) or type(exc).__name__
+    upper = text.upper()
+    if isinstance(exc, errors.AuthenticationError) or "WRONGPASS" in upper or "NOAUTH" in upper:
+        return StoreError(
+            f"Redis at {where} refused the credentials while {doing} ({text}); fix the user "
+            "and password in the frontier URL: redis://USER:PASSWORD@host:port/db"
+        )
+    if "DB INDEX IS OUT OF RANGE" in upper:
+        return StoreError(
+            f"Redis at {where} has no database {location.db} ({text}); use a database number "
+            "below the server's `databases` setting (16 by default) in the frontier URL"
+        )
+    if isinstance(exc, errors.NoPermissionError) or "NOPERM" in upper:
+        return StoreError(
+            f"the Redis user of {where} may not do what crawlq needs while {doing} ({text}); "
+            "grant it scripting and read/write on the crawlq:* keys, e.g. "
+            "ACL SETUSER <user> ~crawlq:* +@read +@write +@scripting +info +time"
+        )
+    if isinstance(exc, errors.OutOfMemoryError):
+        return StoreFull(
+            f"Redis at {where} is out of memory ({text}); nothing was stored by this call. "
+            "Raise maxmemory (and use maxmemory-policy noeviction), or use Bloom dedup "
+            "(bloom_capacity=...) to shrink the seen set"
+        )
+    if isinstance(exc, errors.ConnectionError | errors.TimeoutError):
+        return StoreUnavailable(
+            f"cannot reach Redis at {where} while {doing} ({text}); check that the server is "
+            "running and that the host, port and TLS setting of the frontier URL are right"
+        )
+    if "WRONGTYPE" in upper:
+        return IncompatibleStore(
+            f"a key under {location.prefix}* on {where} holds data that is not crawlq's "
+            f"({text}); use another crawl name (?crawl=NAME) or purge this one"
+        )
+    return StoreError(f"Redis at {where} failed while {doing}: {text}")
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for failures that retrying the same call may get past."""
+    errors = redis_module().exceptions
+    if isinstance(exc, errors.AuthenticationError | errors.AuthorizationError):
+        return False
+    if isinstance(exc, errors.ConnectionError | errors.TimeoutError):
+        return True
+    if isinstance(exc, errors.ResponseError):
+        return str(exc).upper().startswith(_TRANSIENT_REPLIES)
+    return False
+
+
+# -- the function library ------------------------------------------------------------
+
+
+class Library:
+    """crawlq's Redis functions: one library joined from the package's .lua files.
+
+    The library is named after a hash of its source, so crawlq versions with
+    different Lua can share a server; `Link` loads it on first use and
+    again whenever the server has lost it (a restart without persistence).
+    """
+
+    #: Files joined in this order; lib.lua defines what the others share.
+    PARTS: Final = ("lib", "add", "pop", "finish", "read", "inspect", "open")
+    #: Function name suffix -> (Lua function, flags).
+    FUNCTIONS: Final = {
+        "add": ("add", ""),
+        "pop": ("pop", ""),
+        "finish": ("ack_or_release", ""),
+        "read": ("read", "no-writes"),
+        "histogram": ("histogram", "no-writes"),
+        "open": ("open", ""),
+    }
+
+    def __init__(self) -> None:
+        folder = resources.files("crawlq.stores").joinpath("lua")
+        body = "\n".join(folder.joinpath(f"{part}.lua").read_text("utf-8") for part in self.PARTS)
+        self.name = "crawlq_" + hashlib.sha1(body.encode()).hexdigest()[:12]
+        lines = [f"#!lua name={self.name}", body]
+        for suffix, (function, flags) in self.FUNCTIONS.items():
+            lines.append(
+                f"redis.register_function{{function_name='{self.name}_{suffix}', "
+                f"callback={function}, flags={{{repr(flags) if flags else ''}}}}}"
+            )
+        self.source = "\n".join(lines).encode()
+        #: FCALL names by suffix ("add", "pop", ...).
+        self.function: dict[str, bytes] = {
+            suffix: f"{self.name}_{suffix}".encode() for suffix in self.FUNCTIONS
+        }
+
+
+_LIBRARY: Library | None = None
+
+
+def library() -> Library:
+    """The library, read from the package once per process."""
+    global _LIBRARY
+    if _LIBRARY is None:
+        _LIBRARY = Library()
+    return _LIBRARY
+
+
+# -- the connection ----------------------------------------------------------------
+
+
+def pack(args: Sequence[bytes]) -> bytes:
+    """Pack one command in the Redis protocol (all arguments already bytes)."""
+    out = [b"*%d\r\n" % len(args)]
+    for arg in args:
+        out.append(b"$%d\r\n" % len(arg))
+        out.append(arg)
+        out.append(b"\r\n")
+    return b"".join(out)
+
+
+class Link:
+    """One dedicated connection of a shared client, with retries and translation.
+
+    Holding one connection (rather than borrowing from the pool per call) and
+    sending pre-packed commands halves the cost of a round trip in redis-py.
+    Not thread-safe: a store is used from one thread at a time.
+    """
+
+    def __init__(self, location: RedisURL, client: redis.Redis, retry_timeout: float) -> None:
+        self.location = location
+        self.client = client
+        self.library = library()
+        self.retry_timeout = retry_timeout
+        self._pid = os.getpid()
+        self._conn: Any = None
+
+    def _connection(self) -> Any:
+        if self._conn is None or os.getpid() != self._pid:
+            # First use, or forked: the parent owns that socket; take our own.
+            self._conn = None
+            self._pid = os.getpid()
+            self._conn = self.client.connection_pool.get_connection()
+        return self._conn
+
+    def call(
+        self,
+        packed: bytes,
+        doing: str,
+        *,
+        retry: bool = True,
+        retried: Callable[[], bytes] | None = None,
+    ) -> Any:
+        """Send one packed command and return its reply.
+
+        Connection resets, timeouts and transient replies (LOADING, BUSY...)
+        are retried with exponential backoff for up to ``retry_timeout``
+        seconds (sending ``retried()`` instead, when given, so a function can
+        tell a retry), then raise `StoreUnavailable`. The function library is
+        loaded again if the server lost it (a restart without persistence).
+        Any other failure raises `StoreError`.
+        """
+        errors = redis_module().exceptions
+        deadline = time.monotonic() + self.retry_timeout
+        wait = 0.02
+        reloaded = False
+        while True:
+            conn = None
+            try:
+                conn = self._connection()
+                conn.send_packed_command((packed,), check_health=False)
+                return conn.read_response()
+            except errors.RedisError as exc:
+                if _lost_library(exc) and not reloaded:
+                    # A restarted server without persistence forgot the library.
+                    self.load_library(doing)
+                    reloaded = True
+                    continue
+                if not (retry and is_transient(exc)) or time.monotonic() + wait > deadline:
+                    raise translate(exc, self.location, doing) from None
+                if conn is not None:
+                    conn.disconnect()
+                time.sleep(wait)
+                wait = min(wait * 2, 1.0)
+                if retried is not None:
+                    packed = retried()
+
+    def command(self, *args: bytes | str | int, doing: str, retry: bool = True) -> Any:
+        """Run one plain command (not on the hot path)."""
+        return self.call(pack([_bytes(arg) for arg in args]), doing, retry=retry)
+
+    def commands(self, commands: Sequence[Sequence[bytes | str | int]], doing: str) -> list[Any]:
+        """Run read-only commands in one round trip (pipelined), with retries."""
+        if not commands:
+            return []
+        packed = b"".join(pack([_bytes(arg) for arg in command]) for command in commands)
+        errors = redis_module().exceptions
+        deadline = time.monotonic() + self.retry_timeout
+        wait = 0.02
+        while True:
+            conn = None
+            try:
+                conn = self._connection()
+                conn.send_packed_command((packed,), check_health=False)
+                return [conn.read_response() for _ in commands]
+            except errors.RedisError as exc:
+                # A failed reply mid-way leaves others unread: start afresh.
+                if conn is not None:
+                    conn.disconnect()
+                if not is_transient(exc) or time.monotonic() + wait > deadline:
+                    raise translate(exc, self.location, doing) from None
+                time.sleep(wait)
+                wait = min(wait * 2, 1.0)
+
+    def load_library(self, doing: str) -> None:
+        """Load crawlq's function library unless the server already has it."""
+        errors = redis_module().exceptions
+        try:
+            self.command(b"FUNCTION", b"LOAD", self.library.source, doing=doing)
+        except StoreError as exc:
+            # Another worker loaded it first: same name, same source.
+            if "ALREADY EXISTS" not in str(exc).upper():
+                raise
+        except errors.RedisError as exc:  # pragma: no cover - command() translates
+            raise translate(exc, self.location, doing) from None
+
+    def close(self) -> None:
+        """Give the connection back to the client's pool."""
+        if self._conn is not None and os.getpid() == self._pid:
+            self.client.connection_pool.release(self._conn)
+        self._conn = None
+
+
+def _lost_library(exc: BaseException) -> bool:
+    text = str(exc).upper()
+    return "FUNCTION NOT FOUND" in text or "NOSCRIPT" in text
+
+
+def server_version(link: Link) -> tuple[int, ...]:
+    """The server's version as a tuple of ints, e.g. (7, 0, 15)."""
+    info = link.command(b"INFO", b"server", doing="reading the server version")
+    text = info.decode() if isinstance(info, bytes) else str(info)
+    for line in text.splitlines():
+        if line.startswith("redis_version:"):
+            parts = line.partition(":")[2].strip().split(".")
+            return tuple(int(p) for p in parts if p.isdigit())
+    return (0,)
+
+
+def _bytes(value: bytes | str | int) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    return str(value).encode()

@@ -1,0 +1,62 @@
+"""The CLI's view of a Redis frontier: inspect, display and purge.
+
+``crawlq inspect`` renders every store's `JobReport`; this module turns the
+Redis store's `Inspection` into one. It imports redis-py through
+``crawlq.stores.redis``, so the CLI asks for the extra only when used.
+"""
+
+from __future__ import annotations
+
+from .._jobfile import HostReport, JobReport
+from ._redis_config import parse_url
+from .redis import inspect as inspect_crawl
+from .redis import purge
+
+__all__ = ["display", "inspect", "purge"]
+
+_PRIORITIES_SHOWN = 20
+
+
+def display(url: str) -> str:
+    """Return the frontier URL with its password masked."""
+    return parse_url(url).display
+
+
+def inspect(url: str, *, top: int = 10) -> JobReport:
+    """Read a Redis crawl's counts, busiest hosts, priorities and settings.
+
+    Read-only; works while workers run. Raises `ConfigError` for a bad URL,
+    `StoreUnavailable` or `StoreError` when the server cannot be read.
+    """
+    found = inspect_crawl(url, hosts=top)
+    counts = {
+        "queued": found.queued,
+        "leased (all workers, prefetched included)": found.leased,
+        "leases past their deadline (come back at the next pop)": found.expired_leases,
+        "seen": found.seen,
+    }
+    settings = {"crawl": found.crawl, "server": found.server_version, "dedup": found.dedup}
+    settings.update(found.settings)
+    notes = []
+    if not found.exists:
+        notes.append(f"no crawl named {found.crawl!r} exists on this server")
+    if found.leases_by_owner:
+        owners = ", ".join(f"{owner}: {n:,}" for owner, n in found.leases_by_owner.items())
+        notes.append(f"leases by worker: {owners}")
+    if found.bloom_fill_ratio is not None and found.bloom_false_positive_rate is not None:
+        notes.append(
+            f"Bloom filter {found.bloom_fill_ratio:.1%} full, estimated false-positive "
+            f"rate {found.bloom_false_positive_rate:.2g}"
+        )
+    shown = found.priorities[:_PRIORITIES_SHOWN]
+    rest = found.priorities[_PRIORITIES_SHOWN:]
+    return JobReport(
+        store=found.url,
+        counts=counts,
+        hosts=[HostReport(h.host, h.queued + h.leased, None) for h in found.hosts],
+        host_total=found.host_total,
+        priorities=shown,
+        priorities_omitted=(len(rest), sum(n for _, n in rest)),
+        settings=settings,
+        notes=notes,
+    )

@@ -1,0 +1,89 @@
+-- add: dedup and enqueue a batch, then ack the leases it finishes, atomically
+-- (a page's links, then the page: children first).
+-- Arguments after the common ones: lifo ('1'/'0'), Bloom bits (0: exact dedup),
+-- Bloom hashes, count, then one blob of entries, each packed big-endian as
+-- 16-byte fingerprint, flags byte (bit 0: dont_filter), int32 priority,
+-- uint32 length + host, uint32 length + encoded request; then the number of
+-- leases to ack and their (id, token) pairs.
+local function add(keys, args)
+  begin(keys, args)
+  local replay = replayed()
+  if replay then
+    return replay
+  end
+  local LIFO = args[ARG0 + 1] == '1'
+  local BLOOM_BITS = tonumber(args[ARG0 + 2])
+  local BLOOM_HASHES = tonumber(args[ARG0 + 3])
+  local COUNT = tonumber(args[ARG0 + 4])
+  local BLOB = args[ARG0 + 5]
+
+  -- Ids for the whole batch at once; those of duplicates stay unused (ids
+  -- only need to grow).
+  local seq = tonumber(redis.call('HINCRBY', K_META, 'seq', COUNT)) - COUNT
+  local new_seen = 0
+  local flags, touched = {}, {}
+  local best = nil
+  local pos = 1
+  for i = 1, COUNT do
+    local fingerprint, bits, priority, name, payload
+    fingerprint, bits, priority, name, payload, pos = struct.unpack('>c16Bi4I4c0I4c0', BLOB, pos)
+    local new = true
+    if bits % 2 == 0 then
+      if BLOOM_BITS == 0 then
+        new = redis.call('SADD', K_SEEN, fingerprint) == 1
+      else
+        -- Kirsch-Mitzenmacher: bit j is (h1 + j * h2) mod m. SET returns the
+        -- old bits, so one BITFIELD call checks and sets atomically; the
+        -- fingerprint was seen (or is a false positive) if all were set.
+        local h1, h2 = struct.unpack('>I4I4', fingerprint)
+        local ops = {}
+        for j = 0, BLOOM_HASHES - 1 do
+          ops[#ops + 1] = 'SET'
+          ops[#ops + 1] = 'u1'
+          ops[#ops + 1] = (h1 + j * h2) % BLOOM_BITS
+          ops[#ops + 1] = 1
+        end
+        new = false
+        for _, old in ipairs(redis.call('BITFIELD', K_BLOOM, unpack(ops))) do
+          if old == 0 then
+            new = true
+          end
+        end
+        if new then
+          new_seen = new_seen + 1
+        end
+      end
+    end
+    if new then
+      seq = seq + 1
+      local id
+      if LIFO then
+        id = string.format('%015d', 999999999999999 - seq)
+      else
+        id = string.format('%015d', seq)
+      end
+      local score = 0 - priority
+      local state = host(name)
+      if enqueue(name, state, score, id, payload) then
+        touched[name] = state -- a new head: the host's filing changes
+      end
+      if best == nil or score < best then
+        best = score
+      end
+      flags[i] = '1'
+    else
+      flags[i] = '0'
+    end
+  end
+  for name, state in pairs(touched) do
+    place(name, state)
+  end
+  if new_seen > 0 then
+    redis.call('HINCRBY', K_META, 'seen', new_seen)
+  end
+  local acked = end_leases(ARG0 + 7, tonumber(args[ARG0 + 6]), 'ack')
+  if acked ~= nil and (best == nil or acked < best) then
+    best = acked
+  end
+  return finish(table.concat(flags), best)
+end

@@ -1,0 +1,15 @@
+-- ack_or_release: end leases.
+-- Arguments after the common ones: 'a' (ack) or 'r' (release), count, then
+-- (id, token) pairs.
+local function ack_or_release(keys, args)
+  begin(keys, args)
+  local replay = replayed()
+  if replay then
+    return replay
+  end
+  local how = 'ack'
+  if args[ARG0 + 1] == 'r' then
+    how = 'release'
+  end
+  return finish('', end_leases(ARG0 + 3, tonumber(args[ARG0 + 2]), how))
+end

@@ -1,0 +1,457 @@
+-- crawlq's Redis function library, part 1: the data layout and what every
+-- changing function (add.lua, pop.lua, finish.lua) shares. The Python side
+-- joins the parts into one library (FUNCTION LOAD), named after a hash of
+-- its source so different crawlq versions can share a server; its top level
+-- runs once at load, so a call pays only for its own work.
+--
+-- Keys, all under keys[1] = "crawlq:{NAME}:" (the hash tag puts one crawl in
+-- one cluster slot; per-host keys are derived here from that prefix):
+--   meta     hash    format, lifo, dedup settings, counters (seq, queued, seen)
+--   seen     set     16-byte fingerprints (exact dedup)
+--   bloom    string  Bloom filter bits (Bloom dedup)
+--   q:HOST   zset    queued requests of one host: score = -priority, member =
+--                    15-digit id .. encoded request. Equal scores sort by member
+--                    bytes, so the fixed-width id orders FIFO (or LIFO: the id
+--                    counts down). Scores are integers below 2^32 in magnitude,
+--                    exact in a double.
+--   hosts    hash    HOST -> struct '>BI4dd' (flag, leased, ready_at ms, head
+--                    score) .. head id (absent when nothing is queued). Flag
+--                    R: filed in `ready`; D: filed in `delayed`; I: at its
+--                    concurrency limit, filed nowhere until a lease ends. A
+--                    host with nothing queued or leased whose delay has passed
+--                    is forgotten (its field deleted).
+--   ready    zset    one member per ready host: score = its head's score,
+--                    member = 8-digit lease count .. head id .. HOST, so ZPOPMIN
+--                    takes the highest priority, then the fewest leases, then
+--                    the oldest (newest, with lifo) request: the order of
+--                    stores/base.py, in O(log hosts).
+--   delayed  zset    HOST scored by the time (ms of Redis TIME) its delay ends
+--   leases   zset    request id scored by its lease deadline (ms)
+--   lease    hash    id -> "<token> <score> <ready_at set by the pop> <len> "
+--                    .. HOST .. encoded request; token = owner:call.n. Also
+--                    "@" .. owner -> outcome of the owner's last call, so a
+--                    call retried after a lost reply gets the first outcome
+--                    instead of running twice (written with the leases, in
+--                    the same HSET)
+--
+-- Arguments common to every changing function (its own ones follow):
+--   1 owner  2 call number (prefixed 'r' when the call is a retry)
+--   3 lease_timeout ms  4 host_delay ms
+--   5 host_concurrency (0: no limit)  6 how many requests to lease at the end
+--   7 score of the caller's last prefetched request ('' if none)
+--   8 '1': give the prefetched requests back whatever happens
+--   9 n prefetched requests, then n (id, token) pairs
+-- A changing function returns {flags, returned, id, token, host, payload, ...}:
+-- flags is add's outcome per request ('1' added, '0' duplicate); returned is
+-- 1 when the prefetched requests were given back (the leased ones that follow
+-- replace them).
+
+local FLAG_R, FLAG_D, FLAG_I = 82, 68, 73
+
+-- The context of the current call, set by begin(). Functions run one at a
+-- time, so these library-level variables are never shared between calls.
+local ARGS, P, K_META, K_SEEN, K_BLOOM, K_HOSTS, K_READY, K_DELAYED
+local K_LEASES, K_LEASE, K_Q
+local OWNER, RETRY, CALL, LEASE_MS, DELAY_MS, CONCURRENCY, REFILL, WORST, FORCE, NBUF, ARG0
+local NOW -- server time in ms, read once per call and only when needed
+local hosts, queued_delta
+
+local function begin(keys, args)
+  ARGS, P = args, keys[1]
+  K_META, K_SEEN, K_BLOOM = P .. 'meta', P .. 'seen', P .. 'bloom'
+  K_HOSTS, K_READY, K_DELAYED = P .. 'hosts', P .. 'ready', P .. 'delayed'
+  K_LEASES, K_LEASE = P .. 'leases', P .. 'lease'
+  K_Q = P .. 'q:'
+  OWNER = args[1]
+  RETRY = string.sub(args[2], 1, 1) == 'r'
+  CALL = string.match(args[2], '%d+')
+  LEASE_MS = tonumber(args[3])
+  DELAY_MS = tonumber(args[4])
+  CONCURRENCY = tonumber(args[5])
+  REFILL = tonumber(args[6])
+  WORST = tonumber(args[7])
+  FORCE = args[8] == '1'
+  NBUF = tonumber(args[9])
+  ARG0 = 9 + 2 * NBUF
+  NOW = nil
+  hosts, queued_delta = {}, 0
+end
+
+local function now()
+  if NOW == nil then
+    local clock = redis.call('TIME')
+    NOW = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+  end
+  return NOW
+end
+
+-- Call a variadic command over a long argument list, a few thousand at a time
+-- (unpack has a C stack limit).
+local function chunked(command, key, list, stride)
+  local step = 4000 - 4000 % stride
+  for i = 1, #list, step do
+    redis.call(command, key, unpack(list, i, math.min(i + step - 1, #list)))
+  end
+end
+
+local function lease_token(record)
+  return string.match(record, '^(%S+) ')
+end
+
+local function parse_lease(record)
+  local token, score, set, length, pos = string.match(record, '^(%S+) (%S+) (%d+) (%d+) ()')
+  local last = pos + tonumber(length) - 1
+  return token, score, tonumber(set), string.sub(record, pos, last), string.sub(record, last + 1)
+end
+
+-- The state of a host, read once per script and written back by save().
+local function host(name)
+  local state = hosts[name]
+  if state then
+    return state
+  end
+  state = { leased = 0, ready = 0 }
+  local value = redis.call('HGET', K_HOSTS, name)
+  if value then
+    local flag, leased, ready, head_score = struct.unpack('>BI4dd', value)
+    state.flag, state.leased, state.ready = flag, leased, ready
+    if #value > 21 then
+      state.head_score, state.head_id = head_score, string.sub(value, 22)
+    end
+    if flag == FLAG_R then
+      state.filed = string.format('%08d', leased) .. state.head_id .. name
+    elseif flag == FLAG_D then
+      state.delayed_at = ready
+    end
+  end
+  hosts[name] = state
+  return state
+end
+
+-- File a host where its state calls for (the Board.place of crawlq._policy):
+-- ready, delayed, idle at its concurrency limit, or forgotten. With `later`,
+-- a ZADD to `ready` is appended there (score, member) for the caller to run.
+local function place(name, state, later)
+  local flag
+  if state.head_id == nil or (CONCURRENCY > 0 and state.leased >= CONCURRENCY) then
+    if state.head_id == nil and state.leased <= 0 then
+      if state.ready > now() then
+        flag = FLAG_D -- keep its pacing until the delay has passed
+      end
+    else
+      flag = FLAG_I
+    end
+  elseif state.ready > now() then
+    flag = FLAG_D
+  else
+    flag = FLAG_R
+  end
+  local member = nil
+  if flag == FLAG_R then
+    member = string.format('%08d', state.leased) .. state.head_id .. name
+  end
+  if state.filed ~= member then
+    if state.filed then
+      redis.call('ZREM', K_READY, state.filed)
+    end
+    if member and later then
+      later[#later + 1] = state.head_score
+      later[#later + 1] = member
+    elseif member then
+      redis.call('ZADD', K_READY, state.head_score, member)
+    end
+    state.filed = member
+  end
+  local delayed_at = nil
+  if flag == FLAG_D then
+    delayed_at = state.ready
+  end
+  if state.delayed_at ~= delayed_at then
+    if delayed_at then
+      redis.call('ZADD', K_DELAYED, delayed_at, name)
+    else
+      redis.call('ZREM', K_DELAYED, name)
+    end
+    state.delayed_at = delayed_at
+  end
+  state.flag = flag
+  state.dirty = true
+end
+
+local function save()
+  local set, forget = {}, {}
+  for name, state in pairs(hosts) do
+    if state.dirty then
+      if state.flag then
+        set[#set + 1] = name
+        set[#set + 1] = struct.pack('>BI4dd', state.flag, state.leased, state.ready,
+          state.head_score or 0) .. (state.head_id or '')
+      else
+        forget[#forget + 1] = name
+      end
+    end
+  end
+  if #set > 0 then
+    chunked('HSET', K_HOSTS, set, 2)
+  end
+  if #forget > 0 then
+    chunked('HDEL', K_HOSTS, forget, 1)
+  end
+  if queued_delta ~= 0 then
+    redis.call('HINCRBY', K_META, 'queued', queued_delta)
+  end
+end
+
+-- Queue request `id` of host `name` at its place. Returns true when it became
+-- the host's head: the caller must then place the host.
+local function enqueue(name, state, score, id, payload)
+  redis.call('ZADD', K_Q .. name, score, id .. payload)
+  queued_delta = queued_delta + 1
+  score = tonumber(score)
+  local head = state.head_score
+  if state.head_id == nil or score < head or (score == head and id < state.head_id) then
+    state.head_score, state.head_id = score, id
+    return true
+  end
+  return false
+end
+
+-- End the lease of request `id`: 'ack' finishes it; 'release' and 'expire'
+-- put it back in its place; 'unpop' puts back a prefetched request that was
+-- never handed out, and also undoes the host delay its pop started (the host
+-- was ready before that pop, so "ready since 0" is the same as before).
+local function end_lease(id, record, how)
+  local _, score, set, name, payload = parse_lease(record)
+  local state = host(name)
+  state.leased = math.max(0, state.leased - 1)
+  if how ~= 'ack' then
+    enqueue(name, state, score, id, payload)
+  end
+  if how == 'unpop' and state.ready == set then
+    state.ready = 0
+  end
+  place(name, state)
+  redis.call('ZREM', K_LEASES, id)
+  redis.call('HDEL', K_LEASE, id)
+  return name
+end
+
+-- End the leases given as `count` (id, token) pairs from ARGS[first] on,
+-- with `how` ('ack' or 'release'). A pair whose token is not the request's
+-- current lease (acked already, or expired and leased again) is ignored.
+-- Returns the best head score among the hosts whose lease count (or queue)
+-- changed: what may now come before the caller's prefetched requests.
+local function end_leases(first, count, how)
+  if count == 0 then
+    return nil
+  end
+  local ids = {}
+  for i = 1, count do
+    ids[i] = ARGS[first + 2 * (i - 1)]
+  end
+  local records = redis.call('HMGET', K_LEASE, unpack(ids))
+  local affected = {}
+  for i = 1, count do
+    local record = records[i]
+    if record and lease_token(record) == ARGS[first + 2 * i - 1] then
+      affected[end_lease(ids[i], record, how)] = true
+    end
+  end
+  local best = nil
+  for name in pairs(affected) do
+    local head = hosts[name].head_score
+    if head ~= nil and (best == nil or head < best) then
+      best = head
+    end
+  end
+  return best
+end
+
+-- Expired leases come back by themselves: every pop first puts them back.
+local function reap()
+  local expired = redis.call('ZRANGEBYSCORE', K_LEASES, '-inf', now(), 'LIMIT', 0, 256)
+  for _, id in ipairs(expired) do
+    local record = redis.call('HGET', K_LEASE, id)
+    if record then
+      end_lease(id, record, 'expire')
+    else
+      redis.call('ZREM', K_LEASES, id)
+    end
+  end
+end
+
+-- Hosts whose delay has passed become ready (or are forgotten).
+local function wake()
+  local due = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', now(), 'LIMIT', 0, 256)
+  for _, name in ipairs(due) do
+    local state = host(name)
+    if state.delayed_at == nil then
+      redis.call('ZREM', K_DELAYED, name) -- no state behind it
+    else
+      place(name, state)
+    end
+  end
+end
+
+-- (score, member) order of a sorted set.
+local function before(score, member, other_score, other_member)
+  score, other_score = tonumber(score), tonumber(other_score)
+  return score < other_score or (score == other_score and member < other_member)
+end
+
+-- Lease up to n requests in order into `out` (id, token, host, payload, ...);
+-- their ids are appended to `taken`, for the replay record, and their lease
+-- records to `records`, for the caller to write.
+--
+-- Hosts are taken from `ready` a round at a time (one ZPOPMIN for many), and
+-- re-filed with their next head in one ZADD at the end of the round. That is
+-- the order of one-at-a-time pops as long as no re-filed host sorts before
+-- the round's last host; when one does, the rest of the round goes back and a
+-- new round starts.
+local function take(n, out, taken, records)
+  if n <= 0 then
+    return
+  end
+  reap()
+  wake()
+  local deadline = now() + LEASE_MS
+  local deadlines = {}
+  local got = 0
+  while got < n do
+    local round = redis.call('ZPOPMIN', K_READY, n - got)
+    local count = #round / 2
+    if count == 0 then
+      break
+    end
+    local last_member, last_score = round[2 * count - 1], round[2 * count]
+    local later = {}
+    local j = 1
+    while j <= count do
+      local member, score = round[2 * j - 1], round[2 * j]
+      j = j + 1
+      local name = string.sub(member, 24)
+      local state = hosts[name]
+      if state == nil then
+        -- A ready host's member holds its state (a ready time in the past
+        -- is the same as 0): no need to read it.
+        state = { flag = FLAG_R, leased = tonumber(string.sub(member, 1, 8)), ready = 0,
+          head_id = string.sub(member, 9, 23), head_score = tonumber(score), filed = member }
+        hosts[name] = state
+      end
+      if state.filed == member then -- else a stale entry: dropped
+        state.filed = nil
+        local queue = K_Q .. name
+        local item = redis.call('ZPOPMIN', queue)
+        local id, item_score = string.sub(item[1], 1, 15), item[2]
+        local payload = string.sub(item[1], 16)
+        queued_delta = queued_delta - 1
+        state.leased = state.leased + 1
+        if DELAY_MS > 0 then
+          state.ready = NOW + DELAY_MS
+        end
+        local head = redis.call('ZRANGE', queue, 0, 0, 'WITHSCORES')
+        if head[1] then
+          state.head_id, state.head_score = string.sub(head[1], 1, 15), tonumber(head[2])
+        else
+          state.head_id, state.head_score = nil, nil
+        end
+        place(name, state, later)
+        got = got + 1
+        -- Unique without a counter: the owner's call number and the position.
+        local token = OWNER .. ':' .. CALL .. '.' .. got
+        deadlines[#deadlines + 1] = deadline
+        deadlines[#deadlines + 1] = id
+        records[#records + 1] = id
+        records[#records + 1] = string.format('%s %s %d %d ', token, item_score, state.ready,
+          #name) .. name .. payload
+        out[#out + 1] = id
+        out[#out + 1] = token
+        out[#out + 1] = name
+        out[#out + 1] = payload
+        taken[#taken + 1] = id
+        if j <= count and state.filed and
+            before(state.head_score, state.filed, last_score, last_member) then
+          -- This host competes with the rest of the round: give it back.
+          for k = j, count do
+            later[#later + 1] = round[2 * k]
+            later[#later + 1] = round[2 * k - 1]
+          end
+          break
+        end
+      end
+    end
+    if #later > 0 then
+      redis.call('ZADD', K_READY, unpack(later))
+    end
+  end
+  if got > 0 then
+    redis.call('ZADD', K_LEASES, unpack(deadlines))
+  end
+end
+
+-- The common end of a changing script: give the caller's prefetched requests
+-- back if this call may have changed what comes before them (a request at
+-- least as good as the last prefetched one became ready: `best` is the best
+-- such score), lease the refill, save, and remember the outcome for a retry.
+local function finish(flags, best)
+  local out, taken, records = { flags, 0 }, {}, {}
+  if NBUF > 0 then
+    if FORCE or (best ~= nil and WORST ~= nil and best <= WORST) then
+      out[2] = 1
+      local ids = {}
+      for i = 1, NBUF do
+        ids[i] = ARGS[8 + 2 * i]
+      end
+      local held = redis.call('HMGET', K_LEASE, unpack(ids))
+      for i = 1, NBUF do
+        if held[i] and lease_token(held[i]) == ARGS[9 + 2 * i] then
+          end_lease(ids[i], held[i], 'unpop')
+        end
+      end
+      take(REFILL, out, taken, records)
+    end
+  else
+    take(REFILL, out, taken, records)
+  end
+  save()
+  -- Only outcomes that running twice would change need remembering: add's
+  -- flags and leases taken. Acks, releases and give-backs repeat harmlessly.
+  if flags ~= '' or #taken > 0 then
+    records[#records + 1] = '@' .. OWNER
+    records[#records + 1] = CALL .. '\n' .. flags .. '\n' .. out[2] .. '\n' .. table.concat(taken)
+  end
+  if #records > 0 then
+    redis.call('HSET', K_LEASE, unpack(records))
+  end
+  return out
+end
+
+-- A retried call whose first run completed: that run's outcome, else nil.
+local function replayed()
+  if not RETRY then
+    return nil
+  end
+  local last = redis.call('HGET', K_LEASE, '@' .. OWNER)
+  if last == false then
+    return nil
+  end
+  local call, flags, returned, taken = string.match(last, '^(%d+)\n([01]*)\n([01])\n(.*)$')
+  if call ~= CALL then
+    return nil
+  end
+  local out = { flags, tonumber(returned) }
+  local n = 0
+  for id in string.gmatch(taken, '%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d') do
+    n = n + 1
+    local token = OWNER .. ':' .. CALL .. '.' .. n -- as take() made it
+    local record = redis.call('HGET', K_LEASE, id)
+    if record and lease_token(record) == token then
+      local _, _, _, name, payload = parse_lease(record)
+      out[#out + 1] = id
+      out[#out + 1] = token
+      out[#out + 1] = name
+      out[#out + 1] = payload
+    end
+  end
+  return out
+end

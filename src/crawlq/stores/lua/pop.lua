@@ -1,0 +1,7 @@
+-- pop: lease the next requests in order. Expired leases and hosts whose
+-- delay has passed come back first. No arguments of its own: the common ones
+-- say how many to lease and which stale prefetched requests to give back.
+local function pop(keys, args)
+  begin(keys, args)
+  return replayed() or finish('', nil)
+end

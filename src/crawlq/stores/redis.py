@@ -1,0 +1,552 @@
+"""The Redis store: many crawler processes share one frontier.
+
+``redis://[user:password@]host:port/db?crawl=NAME`` (also ``rediss://`` and
+``unix:///path.sock?db=N&crawl=NAME``). The crawl name namespaces every key,
+so many crawls share one server; all keys of a crawl carry the hash tag
+``{NAME}`` and so sit in one cluster slot. Every change is one call of a Lua
+function run atomically by the server (Redis Functions, from the package's
+``stores/lua/*.lua``, where the key layout is documented; Redis 7.0 or newer):
+add is dedup plus enqueue for a whole batch; pop leases a batch in the order
+of ``stores/base.py`` under per-host delay and concurrency kept in Redis, so
+every worker shares them; ack and release end leases. Time is the server's
+(``TIME``), never a worker's clock.
+
+Prefetch
+    A pop leases up to ``prefetch`` requests in one round trip (growing from 1
+    while the caller keeps draining them quickly) and serves them locally.
+    They are real leases: other workers never get them, and they count as
+    leased for everyone but this store, which reports them as queued. A batch
+    is a snapshot in order; to keep one process's order exact, any add, ack or
+    release that makes a request at least as good as the last prefetched one
+    ready gives the batch back and leases afresh, in that same round trip.
+    While the caller keeps popping, an ack or release also leases the next
+    request, so a pop / add / ack loop pays two round trips per step. Other
+    workers' changes, and hosts whose delay ends meanwhile, count from the
+    next round trip. Unserved requests go back at ``close()``, and are given
+    back rather than served once half their ``lease_timeout`` has passed.
+
+Settings
+    ``lifo`` and the dedup mode (exact, or Bloom with ``bloom_capacity`` and
+    ``bloom_error_rate``) are fixed when a crawl is created; a later open
+    with others raises `IncompatibleStore`, one without Bloom options adopts
+    the crawl's filter. ``host_delay``, ``host_concurrency`` and
+    ``lease_timeout`` travel with each call, so they apply to what each worker
+    pops: give every worker the same ones.
+
+Durability
+    What Redis keeps: with ``appendonly yes`` and ``appendfsync always`` an
+    acknowledged call survives a server crash. A call whose reply was lost is
+    retried with the same call number; the function remembers each worker's
+    last outcome and returns it instead of running twice.
+
+Nothing is wiped implicitly: ``close()`` never deletes shared data. `purge`
+removes a crawl and `inspect` describes one (both for the ``crawlq`` CLI).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import secrets
+import socket
+import struct
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+import msgspec
+
+from .._errors import CorruptStore, IncompatibleStore, StoreError
+from .._fingerprint import Fingerprinter
+from .._policy import Policy
+from .._request import Request, decode_request, encode_request
+from ._redis_admin import Inspection, host_counts, inspect, purge
+from ._redis_config import RedisURL, Settings, bloom_shape, parse_url
+from ._redis_conn import (
+    MIN_SERVER,
+    Link,
+    acquire_client,
+    pack,
+    redis_module,
+    release_client,
+    server_version,
+)
+from .base import Entry, HostCount, StoreCounts
+
+__all__ = [
+    "OPTIONS",
+    "Inspection",
+    "RedisStore",
+    "inspect",
+    "open_store",
+    "purge",
+]
+
+#: Options of the Redis store, besides the common ones.
+OPTIONS: Final = ("prefetch", "bloom_capacity", "bloom_error_rate", "retry_timeout")
+
+#: Layout version of a crawl's keys, stored in its meta hash.
+FORMAT: Final = 1
+_FINISH_CHUNK: Final = 1000
+_FAST_DRAIN: Final = 0.2  # seconds: a batch drained sooner lets the next one grow
+_ENTRY: Final = struct.Struct(">16sBiI")
+_LENGTH: Final = struct.Struct(">I")
+
+log = logging.getLogger("crawlq.redis")
+
+
+def _warn_about_eviction(link: Link, where: str) -> None:
+    """Log a warning when the server may evict keys that have no TTL (crawlq's)."""
+    info = link.command(b"INFO", b"memory", doing="reading the memory settings").decode()
+    fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
+    policy = fields.get("maxmemory_policy", "").strip()
+    if policy.startswith("allkeys") and fields.get("maxmemory", "0").strip() != "0":
+        log.warning(
+            "Redis at %s has maxmemory-policy %s: it may evict a crawl's keys when full "
+            "(losing requests); set maxmemory-policy noeviction",
+            where,
+            policy,
+        )
+
+
+def open_store(
+    url: str, policy: Policy, fingerprinter: Fingerprinter, options: dict[str, Any]
+) -> tuple[RedisStore, str]:
+    """Open (creating if new) the crawl a Redis URL names, after a self-check.
+
+    Returns the store and its URL with the password masked. Raises
+    `ConfigError` for a bad URL or option, or a missing redis-py;
+    `StoreUnavailable` when the server cannot be reached; `StoreError` for
+    wrong credentials, a database the server does not have, a server older
+    than Redis 7.0, or a failed self-check; `IncompatibleStore` for a crawl
+    created with other ``lifo`` or Bloom settings, or keys that are not
+    crawlq's under the crawl's prefix.
+    """
+    location = parse_url(url)
+    settings = Settings.from_options(options)
+    redis_module()
+    client = acquire_client(location)
+    try:
+        store = RedisStore(location, client, policy, fingerprinter, settings)
+    except BaseException:
+        release_client(location)
+        raise
+    return store, location.display
+
+
+class RedisStore:
+    """A frontier kept in Redis and shared by every process that opens its URL.
+
+    Use `crawlq.open_frontier` with a ``redis://`` URL. See the module
+    docstring for prefetch, durability and what ``close()`` keeps.
+    """
+
+    needs_payload = True
+    shared = True
+
+    def __init__(
+        self,
+        location: RedisURL,
+        client: Any,
+        policy: Policy,
+        fingerprinter: Fingerprinter,
+        settings: Settings,
+    ) -> None:
+        self._location = location
+        self._prefix = location.prefix.encode()
+        self._link = Link(location, client, settings.retry_timeout)
+        self._functions = {
+            name.encode(): function for name, function in self._link.library.function.items()
+        }
+        self._lease_timeout = policy.lease_timeout
+        # Milliseconds of server time; rounded up so nothing comes early.
+        self._policy_args = [
+            b"%d" % math.ceil(policy.lease_timeout * 1000),
+            b"%d" % math.ceil(policy.host_delay * 1000),
+            b"%d" % (policy.host_concurrency or 0),
+        ]
+        self._lifo = policy.lifo
+        self._prefetch = settings.prefetch
+        self._want = 1
+        self._buffer: deque[tuple[Request, bytes]] = deque()
+        self._fetched_at = 0.0
+        self._fetched_full = False
+        self._popping = False
+        # After a failed call the prefetched leases may have been given back
+        # (the reply was lost): serve none, give them back at the next call.
+        self._suspect = False
+        self._calls = 0
+        self._new_owner()
+        try:
+            self._open(policy, fingerprinter, settings)
+        except BaseException:
+            self._link.close()
+            raise
+
+    def _new_owner(self) -> None:
+        host = "".join(c for c in socket.gethostname() if c.isalnum() or c in ".-")[:40]
+        self._owner = f"{host or 'host'}/{os.getpid()}/{secrets.token_hex(3)}".encode()
+        self._pid = os.getpid()
+
+    # -- opening --------------------------------------------------------------
+
+    def _open(self, policy: Policy, fingerprinter: Fingerprinter, settings: Settings) -> None:
+        link = self._link
+        where = self._location.display
+        link.command(b"PING", doing="connecting", retry=False)
+        version = server_version(link)
+        _warn_about_eviction(link, where)
+        if version < MIN_SERVER:
+            wanted = ".".join(map(str, MIN_SERVER))
+            raise StoreError(
+                f"Redis at {where} is version {'.'.join(map(str, version))}; crawlq needs "
+                f"Redis {wanted} or newer (for Redis Functions): upgrade the server or point "
+                "the URL at another"
+            )
+        link.load_library("loading crawlq's functions")
+        if settings.bloom_capacity is not None and settings.bloom_error_rate is not None:
+            bloom = bloom_shape(settings.bloom_capacity, settings.bloom_error_rate)
+            bloom_args = [
+                str(bloom[0]),
+                str(bloom[1]),
+                str(settings.bloom_capacity),
+                repr(settings.bloom_error_rate),
+            ]
+        else:
+            bloom_args = ["0", "0", "0", "0"]
+        stored = link.command(
+            b"FCALL",
+            link.library.function["open"],
+            1,
+            self._prefix,
+            str(FORMAT),
+            "1" if policy.lifo else "0",
+            *bloom_args,
+            "last_host_delay",
+            repr(policy.host_delay),
+            "last_host_concurrency",
+            str(policy.host_concurrency or 0),
+            "last_lease_timeout",
+            repr(policy.lease_timeout),
+            "last_prefetch",
+            str(settings.prefetch),
+            doing="opening the crawl",
+        )
+        values = [v.decode() if isinstance(v, bytes) else "" for v in stored]
+        self._check_stored(values, policy, bloom_args)
+        self._self_check(fingerprinter)
+
+    def _check_stored(self, stored: list[str], policy: Policy, bloom_args: list[str]) -> None:
+        fmt, lifo, bits, hashes, capacity, rate = stored
+        crawl, where = self._location.crawl, self._location.display
+        if fmt != str(FORMAT):
+            newer = fmt.isdigit() and int(fmt) > FORMAT
+            raise IncompatibleStore(
+                f"crawl {crawl!r} at {where} uses key format {fmt or '?'}, "
+                + (
+                    "newer than this crawlq understands; upgrade crawlq"
+                    if newer
+                    else f"not crawlq's format {FORMAT}; use another crawl name"
+                )
+            )
+        if lifo != ("1" if policy.lifo else "0"):
+            raise IncompatibleStore(
+                f"crawl {crawl!r} at {where} was created with lifo={lifo == '1'}; open it with "
+                f"lifo={lifo == '1'}, or use another crawl name (?crawl=NAME)"
+            )
+        if bloom_args[0] != "0" and bloom_args[:2] != [bits, hashes]:
+            was = (
+                "exact dedup"
+                if bits == "0"
+                else f"bloom_capacity={capacity}, bloom_error_rate={rate}"
+            )
+            raise IncompatibleStore(
+                f"crawl {crawl!r} at {where} was created with {was}; its dedup cannot change: "
+                "open it with those settings (or none), or use another crawl name"
+            )
+        self._bloom_bits = int(bits or 0)
+        self._bloom_hashes = int(hashes or 0)
+        self._bloom_capacity = int(capacity or 0)
+        self._bloom_rate = float(rate or 0)
+
+    def _self_check(self, fingerprinter: Fingerprinter) -> None:
+        """Push a probe through add, pop and ack in scratch keys; compare fingerprints."""
+        tag = secrets.token_hex(6)
+        prefix = self._prefix + b"probe:" + tag.encode() + b":"
+        probe = Request(f"https://self-check.invalid/{tag}", meta={"probe": tag}, priority=7)
+        fingerprint, host = fingerprinter.fingerprint_and_host(probe)
+        entry = (fingerprint, host, probe, encode_request(probe))
+        doing = "running the self-check"
+        try:
+            extra = [*self._add_args([entry], 0, 0), b"0"]
+            added = self._call(b"add", 0, False, extra, doing, prefix)
+            popped = self._call(b"pop", 1, True, [], doing, prefix)
+            items = popped[2:]
+            back = decode_request(items[3]) if len(items) == 4 else None
+            if back is not None:
+                self._call(b"finish", 0, False, [b"a", b"1", items[0], items[1]], doing, prefix)
+        finally:
+            keys = [b"meta", b"seen", b"hosts", b"ready", b"delayed", b"leases", b"lease"]
+            keys.append(b"q:" + host.encode())
+            self._link.command(b"DEL", *(prefix + key for key in keys), doing=doing)
+        if added[0] != b"1" or back is None or fingerprinter.fingerprint(back) != fingerprint:
+            raise StoreError(
+                f"self-check failed at {self._location.display}: a probe request pushed to "
+                f"Redis came back as {back!r}; the server does not run crawlq's functions "
+                "faithfully"
+            )
+
+    # -- the one way to call a changing function -------------------------------
+
+    def _call(
+        self,
+        function: bytes,
+        refill: int,
+        force: bool,
+        extra: Sequence[bytes],
+        doing: str,
+        prefix: bytes | None = None,
+    ) -> list[Any]:
+        if os.getpid() != self._pid:
+            # A forked copy: the parent owns the prefetched leases.
+            self._new_owner()
+            self._buffer.clear()
+        # The self-check runs in scratch keys and leaves this store's own
+        # prefetched requests alone.
+        buffer = self._buffer if prefix is None else deque()
+        self._calls += 1
+        args = [
+            b"FCALL",
+            self._functions[function],
+            b"1",
+            prefix or self._prefix,
+            self._owner,
+            b"%d" % self._calls,  # becomes b"r%d" on a retry
+            *self._policy_args,
+            b"%d" % refill,
+            b"%d" % -buffer[-1][0].priority if buffer else b"",
+            b"1" if force or self._suspect else b"0",
+            b"%d" % len(buffer),
+        ]
+        for request, _ in buffer:
+            lease = request._lease
+            args.append(lease[0])  # type: ignore[index]
+            args.append(lease[1])  # type: ignore[index]
+        args.extend(extra)
+
+        def retried() -> bytes:
+            # The function then checks whether its first run completed.
+            args[5] = b"r%d" % self._calls
+            return pack(args)
+
+        try:
+            reply: list[Any] = self._link.call(pack(args), doing, retried=retried)
+        except StoreError:
+            if buffer and prefix is None:
+                self._suspect = True
+            raise
+        if prefix is None:
+            self._suspect = False
+        if prefix is None and (reply[1] or (not buffer and len(reply) > 2)):
+            self._take(reply)
+        return reply
+
+    def _take(self, reply: list[Any]) -> None:
+        """Replace the prefetched requests by the ones a function just leased."""
+        buffer: deque[tuple[Request, bytes]] = deque()
+        items = iter(reply[2:])
+        for id_, token, host, payload in zip(items, items, items, items, strict=True):
+            request = decode_request(payload)
+            request._lease = (id_, token, host)
+            buffer.append((request, host))
+        self._buffer = buffer
+        self._fetched_at = time.monotonic()
+
+    def _stale(self) -> bool:
+        return self._suspect or time.monotonic() - self._fetched_at > self._lease_timeout / 2
+
+    # -- the store protocol ----------------------------------------------------
+
+    def _add_args(
+        self, entries: Sequence[Entry], bloom_bits: int, bloom_hashes: int
+    ) -> list[bytes]:
+        parts: list[bytes] = []
+        append = parts.append
+        pack_entry = _ENTRY.pack
+        pack_length = _LENGTH.pack
+        for fingerprint, host, request, payload in entries:
+            assert payload is not None  # needs_payload
+            host_bytes = host.encode()
+            append(pack_entry(fingerprint, request.dont_filter, request.priority, len(host_bytes)))
+            append(host_bytes)
+            append(pack_length(len(payload)))
+            append(payload)
+        return [
+            b"1" if self._lifo else b"0",
+            b"%d" % bloom_bits,
+            b"%d" % bloom_hashes,
+            b"%d" % len(entries),
+            b"".join(parts),
+        ]
+
+    def add(self, entries: Sequence[Entry], finished: Sequence[object] = ()) -> list[bool]:
+        buffer = self._buffer
+        extra = self._add_args(entries, self._bloom_bits, self._bloom_hashes)
+        pairs, hosts = _lease_pairs(finished)
+        # Lua unpacks the pairs onto its stack: more go in later calls, after
+        # the batch, which keeps children durable before their parents' acks.
+        pairs, rest = pairs[: 2 * _FINISH_CHUNK], pairs[2 * _FINISH_CHUNK :]
+        extra.append(b"%d" % (len(pairs) // 2))
+        extra.extend(pairs)
+        # As for an ack (see _finish): a finished lease of a prefetched host
+        # gives the batch back, and a caller that keeps popping gets the next
+        # request leased in this same call.
+        force = bool(buffer) and (self._stale() or any(h in hosts for _, h in buffer))
+        refill = len(buffer) if buffer else int(self._popping and bool(pairs))
+        reply = self._call(b"add", refill, force, extra, "adding")
+        if rest:
+            self._finish_pairs(b"a", rest, hosts, "acking")
+        return [flag == 49 for flag in reply[0]]  # b"1"
+
+    def pop(self) -> Request | None:
+        buffer = self._buffer
+        if buffer and not self._stale():
+            self._popping = True
+            return buffer.popleft()[0]
+        # Grow the batch while the caller drains full batches quickly; shrink
+        # it when they sit (prefetched requests hold their hosts' slots).
+        now = time.monotonic()
+        if self._fetched_full:
+            if now - self._fetched_at < _FAST_DRAIN:
+                self._want = min(self._want * 2, self._prefetch)
+            else:
+                self._want = max(1, self._want // 2)
+        want = self._want
+        self._call(b"pop", want, True, [], "popping")
+        buffer = self._buffer
+        self._fetched_full = len(buffer) == want
+        if not buffer:
+            self._popping = False
+            return None
+        self._popping = True
+        return buffer.popleft()[0]
+
+    def _finish(self, mode: bytes, leases: Sequence[object], doing: str) -> None:
+        pairs, hosts = _lease_pairs(leases)
+        self._finish_pairs(mode, pairs, hosts, doing)
+
+    def _finish_pairs(self, mode: bytes, pairs: list[bytes], hosts: set[bytes], doing: str) -> None:
+        # Calls of at most _FINISH_CHUNK leases: Lua unpacks them onto its stack.
+        for start in range(0, len(pairs), 2 * _FINISH_CHUNK):
+            chunk = pairs[start : start + 2 * _FINISH_CHUNK]
+            buffer = self._buffer
+            # A prefetched request of an acked host was picked with that host's
+            # old lease count: its place may change, so give the batch back.
+            force = bool(buffer) and (self._stale() or any(h in hosts for _, h in buffer))
+            refill = len(buffer) if buffer else int(self._popping)
+            extra = [mode, b"%d" % (len(chunk) // 2), *chunk]
+            self._call(b"finish", refill, force, extra, doing)
+
+    def ack(self, leases: Sequence[object]) -> None:
+        self._finish(b"a", leases, "acking")
+
+    def release(self, leases: Sequence[object]) -> None:
+        self._finish(b"r", leases, "releasing")
+
+    def counts(self) -> StoreCounts:
+        queued, leased, seen = self._read(b"counts")
+        # This store's own prefetched requests are not handed out yet.
+        mine = len(self._buffer)
+        return StoreCounts(queued + mine, leased - mine, seen)
+
+    def host_counts(self, limit: int) -> list[HostCount]:
+        mine: dict[str, int] = {}
+        for _, host in self._buffer:
+            name = host.decode()
+            mine[name] = mine.get(name, 0) + 1
+        return host_counts(self._link, self._prefix, limit, mine)
+
+    def next_ready_in(self) -> float | None:
+        if self._buffer and not self._stale():
+            return 0.0
+        wait = self._read(b"wait")
+        return None if wait < 0 else wait / 1000
+
+    def _read(self, what: bytes) -> Any:
+        mode = b"bloom" if self._bloom_bits else b"exact"
+        command = pack([b"FCALL", self._functions[b"read"], b"1", self._prefix, what, mode])
+        return self._link.call(command, "reading counts")
+
+    def extra_stats(self) -> dict[str, float]:
+        """Store-specific figures for ``stats()``: prefetch, and the Bloom filter's state.
+
+        ``bloom_fill_ratio`` is the share of bits set (counting them costs
+        O(filter size) on the server); ``bloom_false_positive_rate`` estimates
+        the chance that a new URL is taken for a duplicate, from that ratio.
+        """
+        stats = {"prefetched": float(len(self._buffer))}
+        if self._bloom_bits:
+            ones = self._link.command(b"BITCOUNT", self._prefix + b"bloom", doing="reading stats")
+            fill = ones / self._bloom_bits
+            stats["bloom_fill_ratio"] = fill
+            stats["bloom_false_positive_rate"] = fill**self._bloom_hashes
+            stats["bloom_capacity"] = float(self._bloom_capacity)
+            stats["bloom_error_rate"] = self._bloom_rate
+        return stats
+
+    def load_state(self) -> dict[str, Any]:
+        data = self._link.command(b"GET", self._prefix + b"state", doing="loading the state")
+        if data is None:
+            return {}
+        try:
+            state = msgspec.msgpack.decode(data)
+        except msgspec.DecodeError as exc:
+            raise CorruptStore(
+                f"the crawler state of {self._location.display} is not msgpack ({exc}); "
+                "save_state() a new one to replace it"
+            ) from None
+        if not isinstance(state, dict):
+            raise CorruptStore(f"the crawler state of {self._location.display} is not a mapping")
+        return state
+
+    def save_state(self, state: Mapping[str, Any]) -> None:
+        # One SET replaces the whole state atomically (and repeats harmlessly).
+        data = msgspec.msgpack.encode(dict(state))
+        self._link.command(b"SET", self._prefix + b"state", data, doing="saving the state")
+
+    def close(self) -> None:
+        """Give back unserved prefetched requests; shared data stays untouched."""
+        try:
+            if self._buffer and os.getpid() == self._pid:
+                self._call(b"finish", 0, True, [b"a", b"0"], "closing")
+                self._buffer.clear()
+            self._link.command(
+                b"HDEL", self._prefix + b"lease", b"@" + self._owner, doing="closing", retry=False
+            )
+        except StoreError as exc:
+            # Not fatal: prefetched leases come back when they expire.
+            log.warning("closing %s: %s", self._location.display, exc)
+        finally:
+            self._link.close()
+            release_client(self._location)
+
+    def __repr__(self) -> str:
+        return f"<RedisStore {self._location.display}>"
+
+
+def _lease_pairs(leases: Sequence[object]) -> tuple[list[bytes], set[bytes]]:
+    """(id, token) pairs of this store's lease handles, and their hosts.
+
+    Anything else is skipped: a handle from another store, or a request that
+    was never handed out (the frontier refuses those before they get here).
+    """
+    pairs: list[bytes] = []
+    hosts = set()
+    for lease in leases:
+        if type(lease) is tuple and len(lease) == 3:
+            pairs.append(lease[0])
+            pairs.append(lease[1])
+            hosts.add(lease[2])
+    return pairs, hosts

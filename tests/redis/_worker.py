@@ -1,0 +1,65 @@
+"""A crawler worker for the multi-worker test, run as its own process.
+
+    python -m tests.redis._worker URL LOG [--hang-after N]
+
+Pops, "fetches" and acks until the shared frontier is empty, logging one line
+per step to LOG (line-buffered, so a SIGKILL loses at most a partial line):
+
+    S <url> <time popped> <lease deadline, ms>
+    E <url> <time done, before the ack>
+    A <url>
+
+Times are wall-clock seconds (time.time): the same clock as Redis TIME on
+this machine. With ``--hang-after N`` the worker stops after popping its
+N+1-th request, as if stuck in a fetch, and writes ``HANG``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+from urllib.parse import urlsplit
+
+import redis
+
+import crawlq
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("url")
+    parser.add_argument("log")
+    parser.add_argument("--hang-after", type=int, default=-1)
+    args = parser.parse_args()
+    crawl = dict(p.split("=") for p in urlsplit(args.url).query.split("&"))["crawl"]
+    leases = f"crawlq:{{{crawl}}}:leases"
+    admin = redis.Redis.from_url(args.url.split("?")[0])
+    frontier = crawlq.open_frontier(args.url, host_concurrency=1, lease_timeout=2.0)
+    rng = random.Random()
+    done = 0
+    with open(args.log, "a", buffering=1) as log:
+        while True:
+            request = frontier.pop()
+            if request is None:
+                if len(frontier) == 0:
+                    break
+                time.sleep(0.02)
+                continue
+            popped = time.time()
+            deadline = admin.zscore(leases, request._lease[0])  # type: ignore[index]
+            log.write(f"S {request.url} {popped:.6f} {deadline}\n")
+            if done == args.hang_after:
+                log.write("HANG\n")
+                time.sleep(3600)
+            if rng.random() < 0.02:
+                time.sleep(0.002)  # a slow fetch now and then
+            log.write(f"E {request.url} {time.time():.6f}\n")
+            frontier.ack(request)
+            log.write(f"A {request.url}\n")
+            done += 1
+    frontier.close()
+
+
+if __name__ == "__main__":
+    main()

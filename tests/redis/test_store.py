@@ -1,0 +1,359 @@
+"""Redis-only behaviour: shared state, prefetch, close, purge, inspect, Bloom dedup."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Iterator
+
+import pytest
+
+import crawlq
+from crawlq import Request
+from crawlq.stores import redis as redis_store
+
+_names = itertools.count()
+
+
+@pytest.fixture
+def url(redis_url: str) -> Iterator[str]:
+    """A fresh crawl on the session server, purged afterwards."""
+    crawl_url = f"{redis_url}?crawl=store-{next(_names)}"
+    yield crawl_url
+    redis_store.purge(crawl_url)
+
+
+def test_close_never_wipes_shared_data(url: str) -> None:
+    with crawlq.open_frontier(url) as first:
+        first.add_many([Request(f"https://h{i}.example/") for i in range(5)])
+        popped = first.pop()
+        assert popped is not None
+        first.ack(popped)
+        first.save_state({"pages": 1})
+    with crawlq.open_frontier(url) as again:
+        stats = again.stats()
+        assert (stats.queued, stats.leased, stats.seen) == (4, 0, 5)
+        assert again.load_state() == {"pages": 1}
+        assert not again.add(Request("https://h0.example/"))
+
+
+def test_workers_share_one_frontier(url: str) -> None:
+    one, two = crawlq.open_frontier(url), crawlq.open_frontier(url)
+    one.add_many([Request(f"https://h{i}.example/{i}") for i in range(6)])
+    assert not two.add(Request("https://h3.example/3"))  # seen by the other worker
+    # one's second pop leases a batch of two: one request stays prefetched.
+    mine = [one.pop(), one.pop()]
+    assert all(mine) and one.stats().extra["prefetched"] == 1
+    got = [r.url for r in iter(two.pop, None)]
+    assert len(got) == 3 and not {r.url for r in mine if r} & set(got)
+    # The prefetched request is leased for everybody but its holder.
+    assert (two.stats().queued, two.stats().leased) == (0, 6)
+    assert (one.stats().queued, one.stats().leased) == (1, 5)
+    one.close()  # gives its unserved prefetch back
+    rest = [r.url for r in iter(two.pop, None)]
+    assert len(rest) == 1
+    everything = [r.url for r in mine if r] + got + rest
+    assert sorted(everything) == sorted(f"https://h{i}.example/{i}" for i in range(6))
+    two.close()
+
+
+def test_prefetch_grows_while_drained_fast(url: str) -> None:
+    frontier = crawlq.open_frontier(url, prefetch=16)
+    frontier.add_many([Request(f"https://h{i}.example/") for i in range(100)])
+    store = frontier._store
+    sizes = []
+    for _ in range(40):
+        assert frontier.pop() is not None
+        sizes.append(store._want)  # type: ignore[attr-defined]
+    assert sizes[0] == 1 and max(sizes) == 16
+    frontier.close()
+
+
+def test_prefetched_requests_are_not_served_once_half_their_lease_passed(url: str) -> None:
+    frontier = crawlq.open_frontier(url, lease_timeout=0.4, prefetch=8)
+    frontier.add_many([Request(f"https://h{i}.example/") for i in range(4)])
+    first = frontier.pop()
+    second = frontier.pop()  # fetches a batch of 2: one stays prefetched
+    assert first is not None and second is not None
+    time.sleep(0.25)
+    third = frontier.pop()  # the prefetched one is stale: given back, fetched afresh
+    assert third is not None
+    assert frontier.stats().leased == 3
+    frontier.close()
+
+
+def test_a_dead_workers_leases_come_back_after_they_expire(url: str) -> None:
+    dead = crawlq.open_frontier(url, lease_timeout=0.5)
+    dead.add_many([Request(f"https://h{i}.example/") for i in range(3)])
+    taken = dead.pop()
+    assert taken is not None
+    # The worker dies: no close, no ack (its store object is simply dropped).
+    other = crawlq.open_frontier(url, lease_timeout=30)
+    first_round = [r.url for r in iter(other.pop, None)]
+    assert taken.url not in first_round
+    wait = other.next_ready_in()
+    assert wait is not None and 0 < wait <= 0.5
+    time.sleep(wait + 0.05)
+    back = other.pop()
+    assert back is not None and back.url == taken.url
+    dead.ack(taken)  # too late: the lease is gone, nothing happens
+    assert other.stats().leased == len(first_round) + 1
+    other.close()
+
+
+def test_host_delay_is_shared_between_workers(url: str) -> None:
+    one = crawlq.open_frontier(url, host_delay=0.3)
+    two = crawlq.open_frontier(url, host_delay=0.3)
+    one.add_many([Request(f"https://a.example/{i}") for i in range(2)])
+    start = time.monotonic()
+    assert one.pop() is not None
+    assert two.pop() is None  # a.example is pacing, for every worker
+    while (second := two.pop()) is None:
+        time.sleep(0.01)
+    assert second.url == "https://a.example/1"
+    assert time.monotonic() - start >= 0.29
+    one.close()
+    two.close()
+
+
+def test_a_lost_reply_is_not_run_twice(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A retried add returns its first outcome instead of calling its requests duplicates."""
+    import redis
+
+    frontier = crawlq.open_frontier(url)
+    frontier.add(Request("https://warm.example/"))  # connect
+    conn = frontier._store._link._conn  # type: ignore[attr-defined]
+    real_read = conn.read_response
+    lost: list[object] = []
+
+    def read_then_lose(*args: object, **kwargs: object) -> object:
+        reply = real_read(*args, **kwargs)
+        if not lost:
+            lost.append(reply)
+            raise redis.ConnectionError("connection reset by peer (test)")
+        return reply
+
+    monkeypatch.setattr(conn, "read_response", read_then_lose)
+    assert frontier.add_many([Request("https://a.example/1"), Request("https://a.example/1")]) == [
+        True,
+        False,
+    ]
+    assert lost  # the first reply was dropped, the retry replayed it
+    assert len(frontier) == 2
+    popped = frontier.pop()
+    assert popped is not None
+    lost.clear()
+    frontier.ack(popped)  # a lost ack reply: the retry is harmless
+    assert len(frontier) == 1
+    frontier.close()
+
+
+def test_connection_resets_are_retried(url: str, redis_url: str) -> None:
+    import redis
+
+    frontier = crawlq.open_frontier(url)
+    frontier.add_many([Request(f"https://h{i}.example/") for i in range(20)])
+    admin = redis.Redis.from_url(redis_url)
+    done = 0
+    for _ in range(20):
+        admin.client_kill_filter(_type="normal", skipme=True)
+        request = frontier.pop()
+        assert request is not None
+        frontier.ack(request)
+        done += 1
+    assert done == 20 and len(frontier) == 0
+    admin.close()
+    frontier.close()
+
+
+def test_unreachable_mid_crawl_raises_and_never_reports_empty(
+    redis_servers: pytest.FixtureRequest,
+) -> None:
+    server = redis_servers()  # type: ignore[operator]
+    frontier = crawlq.open_frontier(server.url + "?crawl=gone", retry_timeout=0.3)
+    frontier.add_many([Request(f"https://h{i}.example/") for i in range(3)])
+    server.stop()
+    start = time.monotonic()
+    with pytest.raises(crawlq.StoreUnavailable, match="cannot reach Redis"):
+        len(frontier)
+    assert time.monotonic() - start < 3
+    with pytest.raises(crawlq.StoreUnavailable):
+        frontier.pop()
+    with pytest.raises(crawlq.StoreUnavailable):
+        frontier.add(Request("https://x.example/"))
+    frontier.close()  # no raise: nothing to give back
+
+
+def test_purge_removes_one_crawl_only(redis_url: str) -> None:
+    keep, drop = f"{redis_url}?crawl=keep-me", f"{redis_url}?crawl=drop-me"
+    for url in (keep, drop):
+        with crawlq.open_frontier(url) as frontier:
+            frontier.add_many([Request(f"https://h{i}.example/") for i in range(3)])
+            frontier.pop()
+    assert redis_store.purge(drop) >= 5
+    assert redis_store.purge(drop) == 0
+    with crawlq.open_frontier(drop) as fresh:
+        assert len(fresh) == 0 and fresh.add(Request("https://h0.example/"))
+    with crawlq.open_frontier(keep) as kept:
+        assert len(kept) == 3
+    redis_store.purge(keep)
+    redis_store.purge(drop)
+
+
+def test_inspect(url: str) -> None:
+    worker = crawlq.open_frontier(url, host_concurrency=2)
+    worker.add_many(
+        [Request(f"https://big.example/{i}", priority=i % 3) for i in range(6)]
+        + [Request("https://small.example/", priority=-1)]
+    )
+    popped = worker.pop()
+    assert popped is not None
+    report = redis_store.inspect(url, hosts=5)
+    assert report.exists and report.crawl == url.rsplit("=", 1)[1]
+    assert report.queued + report.leased == 7
+    assert report.leased >= 1 and sum(report.leases_by_owner.values()) == report.leased
+    assert report.hosts[0].host == "big.example"
+    assert sum(count for _, count in report.priorities) == report.queued
+    assert [p for p, _ in report.priorities] == sorted(
+        {p for p, _ in report.priorities}, reverse=True
+    )
+    assert report.dedup == "exact" and report.seen == 7
+    assert report.settings["last_host_concurrency"] == "2"
+    assert report.as_dict()["hosts"][0]["host"] == "big.example"
+    worker.close()
+    assert not redis_store.inspect(url.replace("store-", "missing-")).exists
+
+
+def test_bloom_dedup(url: str) -> None:
+    frontier = crawlq.open_frontier(url, bloom_capacity=2000, bloom_error_rate=0.01)
+    added = frontier.add_many([Request(f"https://h{i % 7}.example/{i}") for i in range(1000)])
+    assert sum(added) >= 990  # a few false positives are allowed
+    assert not any(frontier.add_many([Request(f"https://h{i % 7}.example/{i}") for i in range(50)]))
+    extra = frontier.stats().extra
+    assert 0.2 < extra["bloom_fill_ratio"] < 0.5
+    assert 0 < extra["bloom_false_positive_rate"] < 0.01
+    assert frontier.stats().seen == sum(added)
+    frontier.close()
+    # Later opens adopt the crawl's filter; a different one is refused.
+    with crawlq.open_frontier(url) as again:
+        assert not again.add(Request("https://h1.example/1"))
+        assert again.stats().extra["bloom_capacity"] == 2000
+    with pytest.raises(crawlq.IncompatibleStore, match="bloom_capacity=2000"):
+        crawlq.open_frontier(url, bloom_capacity=5000)
+    assert redis_store.inspect(url).dedup == "bloom"
+
+
+def test_exact_dedup_keeps_16_raw_bytes(url: str, redis_url: str) -> None:
+    import redis
+
+    with crawlq.open_frontier(url) as frontier:
+        frontier.add(Request("https://a.example/"))
+    client = redis.Redis.from_url(redis_url)
+    crawl = url.rsplit("=", 1)[1]
+    members = client.smembers(f"crawlq:{{{crawl}}}:seen")
+    client.close()
+    assert [len(m) for m in members] == [16]
+
+
+def test_no_pickle_in_redis(url: str, redis_url: str) -> None:
+    import redis
+
+    with crawlq.open_frontier(url) as frontier:
+        frontier.add(Request("https://a.example/", meta={"k": [1, 2]}))
+    client = redis.Redis.from_url(redis_url)
+    crawl = url.rsplit("=", 1)[1]
+    members = client.zrange(f"crawlq:{{{crawl}}}:q:a.example", 0, -1)
+    client.close()
+    assert isinstance(members, list) and len(members) == 1
+    member = members[0]
+    assert isinstance(member, bytes)
+    assert not member[15:].startswith(b"\x80")  # no pickle protocol header: msgpack
+    assert crawlq._request.decode_request(member[15:]).meta == {"k": [1, 2]}
+
+
+def test_a_lost_pop_reply_returns_the_same_leases(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import redis
+
+    frontier = crawlq.open_frontier(url)
+    frontier.add_many([Request(f"https://h{i}.example/") for i in range(3)])
+    conn = frontier._store._link._conn  # type: ignore[attr-defined]
+    real_read = conn.read_response
+    lost: list[object] = []
+
+    def read_then_lose(*args: object, **kwargs: object) -> object:
+        reply = real_read(*args, **kwargs)
+        if not lost:
+            lost.append(reply)
+            raise redis.TimeoutError("timeout reading (test)")
+        return reply
+
+    monkeypatch.setattr(conn, "read_response", read_then_lose)
+    popped = frontier.pop()
+    assert lost and popped is not None
+    stats = frontier.stats()
+    assert (stats.queued, stats.leased) == (2, 1)  # no lease orphaned by the retry
+    frontier.ack(popped)
+    assert [r.url for r in iter(frontier.pop, None)] == [
+        "https://h1.example/",
+        "https://h2.example/",
+    ]
+    frontier.close()
+
+
+def test_a_server_that_lost_the_functions_gets_them_again(url: str, redis_url: str) -> None:
+    import redis
+
+    frontier = crawlq.open_frontier(url)
+    frontier.add(Request("https://a.example/"))
+    admin = redis.Redis.from_url(redis_url)
+    admin.function_flush()
+    assert frontier.add(Request("https://b.example/"))
+    assert len(frontier) == 2
+    admin.close()
+    frontier.close()
+
+
+def test_out_of_memory_is_store_full_and_changes_nothing(url: str, redis_url: str) -> None:
+    import redis
+
+    frontier = crawlq.open_frontier(url)
+    frontier.add(Request("https://a.example/"))
+    admin = redis.Redis.from_url(redis_url)
+    admin.config_set("maxmemory", "1")
+    try:
+        with pytest.raises(crawlq.StoreFull, match=r"out of memory.*maxmemory"):
+            frontier.add_many([Request(f"https://b.example/{i}") for i in range(10)])
+        assert len(frontier) == 1  # reads still work
+    finally:
+        admin.config_set("maxmemory", "0")
+        admin.close()
+    assert frontier.add_many([Request(f"https://b.example/{i}") for i in range(10)]) == [True] * 10
+    frontier.close()
+
+
+def test_ack_many_of_thousands(url: str) -> None:
+    frontier = crawlq.open_frontier(url, prefetch=1000)
+    frontier.add_many([Request(f"https://h{i % 50}.example/{i}") for i in range(2500)])
+    popped = [r for r in iter(frontier.pop, None)]
+    assert len(popped) == 2500
+    frontier.ack_many(popped)
+    assert len(frontier) == 0
+    frontier.close()
+
+
+def test_children_then_their_parents_acks(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # One lease per call, so two of the three acks follow in later calls.
+    monkeypatch.setattr(redis_store, "_FINISH_CHUNK", 1)
+    frontier = crawlq.open_frontier(url)
+    frontier.add_many([Request(f"https://h{i}.example/") for i in range(3)])
+    parents = [r for r in iter(frontier.pop, None)]
+    store = frontier._store
+    children = [Request(f"https://h{i}.example/child") for i in range(3)]
+    assert (
+        store.add([frontier._entry(c) for c in children], [p._lease for p in parents]) == [True] * 3
+    )
+    stats = frontier.stats()
+    assert (stats.queued, stats.leased) == (3, 0)
+    frontier.close()

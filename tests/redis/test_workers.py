@@ -1,0 +1,150 @@
+"""Many crawler processes on one Redis frontier, one of them killed; a server crash.
+
+These run real processes against a real redis-server: the guarantees are
+about what survives a SIGKILL, so nothing is simulated.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import crawlq
+from crawlq import Request
+from crawlq.stores import redis as redis_store
+from tests.redis_server import StartServer
+
+ROOT = Path(__file__).resolve().parents[2]
+REQUESTS = 20_000
+HOSTS = 100
+LEASE = 2.0
+
+
+def _worker(url: str, log: Path, *extra: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.redis._worker", url, str(log), *extra],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+
+
+def _read(log: Path) -> list[list[str]]:
+    return [line.split() for line in log.read_text().splitlines() if line.strip()]
+
+
+def test_four_workers_one_killed(redis_url: str, tmp_path: Path) -> None:
+    url = f"{redis_url}?crawl=four-workers"
+    redis_store.purge(url)
+    urls = [f"https://h{i % HOSTS}.example/{i}" for i in range(REQUESTS)]
+    with crawlq.open_frontier(url, host_concurrency=1, lease_timeout=LEASE) as seed:
+        for first in range(0, REQUESTS, 1000):
+            seed.add_many([Request(u) for u in urls[first : first + 1000]])
+        assert len(seed) == REQUESTS
+    logs = [tmp_path / f"worker-{n}.log" for n in range(4)]
+    # Worker 0 hangs holding a lease midway through its share; it is then killed.
+    workers = [_worker(url, logs[0], "--hang-after", str(REQUESTS // 8))]
+    workers += [_worker(url, log) for log in logs[1:]]
+    deadline = time.monotonic() + 90
+    while not (logs[0].exists() and "HANG" in logs[0].read_text()):
+        assert time.monotonic() < deadline, "worker 0 never reached its hang point"
+        assert workers[0].poll() is None, "worker 0 died early"
+        time.sleep(0.05)
+    os.kill(workers[0].pid, signal.SIGKILL)
+    killed_at = time.time()
+    workers[0].wait()
+    for process in workers[1:]:
+        assert process.wait(timeout=max(1, deadline - time.monotonic())) == 0
+
+    started: dict[str, list[tuple[float, int, float | None]]] = defaultdict(list)
+    ended: dict[str, list[tuple[float, int]]] = defaultdict(list)
+    acked: dict[str, list[int]] = defaultdict(list)
+    for n, log in enumerate(logs):
+        for fields in _read(log):
+            if fields[0] == "S" and len(fields) == 4:
+                lease_end = None if fields[3] == "None" else float(fields[3]) / 1000
+                started[fields[1]].append((float(fields[2]), n, lease_end))
+            elif fields[0] == "E" and len(fields) == 3:
+                ended[fields[1]].append((float(fields[2]), n))
+            elif fields[0] == "A" and len(fields) == 2:
+                acked[fields[1]].append(n)
+
+    # Every request was completed, exactly once.
+    assert sorted(acked) == sorted(urls)
+    assert all(len(by) == 1 for by in acked.values())
+    # Only the dead worker's un-acked requests were handed out twice, and only
+    # once their lease had expired.
+    again = {u: s for u, s in started.items() if len(s) > 1}
+    dead_unacked = {u for u, s in started.items() if s[0][1] == 0 and 0 not in acked.get(u, [])}
+    assert again, "the killed worker held a lease: it must have come back"
+    assert set(again) <= dead_unacked
+    for url_, deliveries in again.items():
+        (earlier, later) = sorted(deliveries)
+        assert earlier[1] == 0 and later[1] != 0
+        assert earlier[2] is not None and later[0] >= earlier[2], (url_, deliveries)
+        assert later[0] >= killed_at - LEASE
+    # Per host, no two leases overlapped, across all workers: each interval
+    # runs from the pop to just before the ack (or, for the killed worker, to
+    # the lease deadline), inside the lease Redis held.
+    intervals: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for url_, deliveries in started.items():
+        host = urlsplit(url_).hostname or ""
+        ends = sorted(ended.get(url_, []))
+        for popped, by, lease_end in deliveries:
+            finish = next((t for t, w in ends if w == by and t >= popped), lease_end)
+            assert finish is not None
+            intervals[host].append((popped, finish))
+    assert len(intervals) == HOSTS
+    for host, spans in intervals.items():
+        spans.sort()
+        for (_, end_before), (next_start, _) in itertools.pairwise(spans):
+            assert next_start >= end_before, f"{host}: two leases at once"
+    with crawlq.open_frontier(url) as check:
+        assert check.stats().queued == 0 and check.stats().leased == 0
+    redis_store.purge(url)
+
+
+def test_server_crash_with_aof_loses_nothing_acked(redis_servers: StartServer) -> None:
+    server = redis_servers(appendonly=True)
+    url = server.url + "?crawl=aof"
+    frontier = crawlq.open_frontier(url, retry_timeout=30, lease_timeout=60)
+    seeds = [Request(f"https://h{i % 20}.example/seed/{i}") for i in range(600)]
+    frontier.add_many(seeds)
+    expected = {r.url for r in seeds}
+    acked: list[str] = []
+    crashed = threading.Event()
+
+    def crash_midway() -> None:
+        while len(acked) < 300:
+            time.sleep(0.001)
+        server.restart(crash=True)  # SIGKILL, whatever call is in flight
+        crashed.set()
+
+    crasher = threading.Thread(target=crash_midway)
+    crasher.start()
+    child = 0
+    while (request := frontier.pop()) is not None:
+        if child < 400 and "/seed/" in request.url:
+            children = [
+                Request(f"https://h{(child + k) % 20}.example/child/{child + k}") for k in range(2)
+            ]
+            frontier.add_many(children)
+            expected.update(r.url for r in children)
+            child += 2
+        frontier.ack(request)
+        acked.append(request.url)
+    crasher.join()
+    assert crashed.is_set()
+    assert len(acked) == len(set(acked)), "an acked request came back after the crash"
+    assert set(acked) == expected
+    stats = frontier.stats()
+    assert (stats.queued, stats.leased, stats.seen) == (0, 0, len(expected))
+    assert not any(frontier.add_many([Request(u) for u in sorted(expected)[:50]]))
+    frontier.close()
