@@ -1,0 +1,5 @@
+"""Adapters that plug crawlq into crawlers. Each imports its crawler lazily.
+
+- ``crawlq.contrib.scrapy``: crawlq as Scrapy's ``SCHEDULER``, and disk
+  queues for Scrapy's own scheduler (needs ``pip install 'crawlq[scrapy]'``).
+"""

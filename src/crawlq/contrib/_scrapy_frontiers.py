@@ -1,0 +1,446 @@
+"""`Frontiers`: the crawlq side of the Scrapy scheduler.
+
+It turns Scrapy requests into crawlq requests and back, keeps the requests
+that cannot be stored in this process, merges the store with the in-memory
+frontier a shared store needs, and keeps track of what the engine holds.
+
+Where a request lives
+    Every request goes to one crawlq frontier, the *store* (``CRAWLQ_URL``).
+    With a durable store it is stored as a Scrapy payload (see
+    ``_scrapy_codec``). A request that cannot be stored that way (a lambda
+    callback, an object in ``meta``) stays in this process, in a dict, and
+    the store holds a token for it in its place: it is deduplicated, ordered
+    and paced like the others (Scrapy issue 3666, memory requests jumping
+    ahead of disk ones, does not happen), and is lost if the crawl stops (the
+    stale token is then dropped and counted on resume). With ``memory://``
+    every request is kept that way: nothing is serialized at all. A store
+    shared by several processes (Redis) cannot hold tokens, since another
+    crawler could pop them: there, such requests go to an in-memory frontier
+    of their own, and `Frontiers.pop` merges both by priority.
+
+Order
+    Scrapy's priority ``p`` (higher first) and its start-request rule (start
+    requests after the others of equal priority, in the order they were
+    yielded) become one crawlq priority: ``2 * p + 1`` for other requests,
+    ``2 * p`` for start requests, with ``p`` clamped to ``[-2**30, 2**30 - 1]``
+    so the result fits crawlq's 32-bit range (the payload keeps the exact
+    value). Within a crawlq priority, the frontier's order applies (FIFO or
+    LIFO, ``CRAWLQ_LIFO``); start requests are added FIFO when the frontier
+    can order a batch apart from its default (``add_many(..., lifo=...)``).
+
+Acknowledgements
+    A request handed to the engine is leased. It is acknowledged once the
+    engine removes it from its slot (see ``_scrapy_engine``): after the
+    download, after the downloader middlewares' outcome (a redirect or retry
+    request already scheduled), and after the callback or errback, with every
+    request it yielded already enqueued. Each enqueue is durable when
+    `Scheduler.enqueue_request` returns. The ack of a finished request is
+    written with the next enqueue, in the same commit and after it
+    (``add_many(..., ack=)``), or before the next request is handed out,
+    whichever comes first; until then it counts as in flight. Writes are one
+    ordered stream, so a parent's ack is never durable before its children,
+    and a kill at any instant loses nothing: an un-acked request comes back on
+    resume and yields its children again (the ones already stored are
+    filtered as duplicates). At most ``CRAWLQ_MAX_IN_FLIGHT`` requests are
+    handed out and not acknowledged, which bounds the re-fetches after a kill.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import os
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final
+
+from .._errors import InvalidRequest, StoreError
+from .._fingerprint import Fingerprinter
+from .._frontier import Frontier
+from .._open import open_frontier
+from .._request import Request
+from ._scrapy_codec import RequestCodec, Unserializable
+from ._scrapy_settings import SchedulerConfig
+
+if TYPE_CHECKING:
+    import scrapy
+
+__all__ = ["Frontiers", "crawlq_priority"]
+
+_SLOT: Final = "download_slot"
+_PAYLOAD: Final = "scrapy"
+_TOKEN: Final = "scrapy_token"
+_RUN: Final = "scrapy_run"
+#: crawlq URL of a request whose URL crawlq does not take (data:, file:, ...);
+#: the real URL is in its payload.
+_PLACEHOLDER_URL: Final = "http://crawlq.invalid/"
+_PRIORITY_MIN: Final = -(2**30)
+_PRIORITY_MAX: Final = 2**30 - 1
+#: Whether this crawlq can order one batch apart from the frontier's default.
+ORDER_OVERRIDE: Final = "lifo" in inspect.signature(Frontier.add_many).parameters
+
+
+def crawlq_priority(priority: int, start: bool) -> int:
+    """Return the crawlq priority of a Scrapy request (see the module docstring)."""
+    if priority < _PRIORITY_MIN:
+        priority = _PRIORITY_MIN
+    elif priority > _PRIORITY_MAX:
+        priority = _PRIORITY_MAX
+    return 2 * priority + (0 if start else 1)
+
+
+class _Source:
+    """One frontier the scheduler hands requests out of, and its bookkeeping."""
+
+    __slots__ = ("frontier", "held", "held_at", "in_flight", "objects")
+
+    def __init__(self, frontier: Frontier) -> None:
+        self.frontier = frontier
+        #: Request objects kept in this process, by the token the frontier holds.
+        self.objects: dict[int, scrapy.Request] = {}
+        #: A request popped to compare priorities with the other source.
+        self.held: Request | None = None
+        self.held_at = 0.0
+        #: Requests of this source handed to the engine and not finished.
+        self.in_flight = 0
+
+    def pending(self) -> int:
+        return max(0, len(self.frontier) - self.in_flight)
+
+
+class Frontiers:
+    """The store, the in-memory frontier beside it when needed, and what the engine holds.
+
+    ``count`` is called with the name of each crawlq stat to increment;
+    ``on_dropped(url, reason)`` with each stored request dropped while being
+    handed out (``reason`` is an exception for one that cannot be rebuilt,
+    None for a request kept in memory by an earlier run). Every method may
+    raise the store's `StoreError`; after one, the caller sets `failed`.
+    """
+
+    def __init__(
+        self,
+        store: Frontier,
+        config: SchedulerConfig,
+        codec: RequestCodec,
+        count: Callable[[str], None],
+        on_dropped: Callable[[str, Exception | None], None],
+    ) -> None:
+        self.main = _Source(store)
+        self.local: _Source | None = None
+        self.config = config
+        self._codec = codec
+        self._count = count
+        self._on_dropped = on_dropped
+        #: Set once the store failed: no more acks (what is in flight comes
+        #: back on resume), new requests go to the in-memory frontier.
+        self.failed = False
+        # id(request) -> [(request, source, crawlq request)], per handed-out request.
+        self._in_flight: dict[int, list[tuple[Any, _Source, Request]]] = {}
+        #: Requests handed out and not acknowledged (finished or not).
+        self.handed_out = 0
+        # Finished requests of the durable store whose ack is not written yet.
+        self._unacked: list[Request] = []
+        self._fifo_starts = config.lifo and config.start_requests_apart and ORDER_OVERRIDE
+        self._tokens = 0
+        # Tokens of an earlier run name request objects that are gone.
+        self._run = int.from_bytes(os.urandom(6), "big")
+        self._hold_limit = config.lease_timeout / 2
+        # A read-only "seen before?" on a local store, if this crawlq has one
+        # (a shared store would pay a round trip per request for it).
+        self.seen_many: Callable[[tuple[bytes]], list[bool]] | None = (
+            None if config.shared else getattr(store, "seen_many", None)
+        )
+
+    def __len__(self) -> int:
+        """Requests queued and not handed to the engine."""
+        if self.local is None:
+            return self.main.pending()
+        return self.main.pending() + self.local.pending()
+
+    # -- adding ---------------------------------------------------------------------
+
+    def add(
+        self,
+        request: scrapy.Request,
+        *,
+        fingerprint: bytes,
+        dont_filter: bool,
+        start: bool,
+        slot: str,
+    ) -> tuple[bool, bool, Unserializable | None]:
+        """Add ``request``; return (added, stored as a payload, why it could not be).
+
+        Raises `StoreError` when the store fails; nothing was added then.
+        """
+        priority = crawlq_priority(request.priority, start)
+        entry = (priority, slot, dont_filter, fingerprint, start)
+        if self.failed:
+            return self._add_object(self.local_source(), request, *entry), False, None
+        main = self.main
+        if not self.config.durable:
+            return self._add_object(main, request, *entry), False, None
+        try:
+            added = self._add_payload(main, request, *entry)
+        except Unserializable as exc:
+            source = self.local_source() if self.config.shared else main
+            return self._add_object(source, request, *entry), False, exc
+        return added, added, None
+
+    def _crawlq_request(
+        self, url: str, priority: int, meta: dict[str, Any], dont_filter: bool
+    ) -> Request:
+        try:
+            return Request(url, priority=priority, meta=meta, dont_filter=dont_filter)
+        except InvalidRequest:
+            # Not an http(s) URL crawlq takes; the payload keeps the real one.
+            return Request(_PLACEHOLDER_URL, priority=priority, meta=meta, dont_filter=dont_filter)
+
+    def _add(self, source: _Source, creq: Request, fingerprint: bytes, start: bool) -> bool:
+        options: dict[str, Any] = {}
+        if start and self._fifo_starts:
+            options["lifo"] = False
+        parent = None
+        if self._unacked and source is self.main:
+            # A finished request's ack commits with this add, after it.
+            parent = options["ack"] = self._unacked.pop()
+        try:
+            added = source.frontier.add_many((creq,), fingerprints=(fingerprint,), **options)
+        except BaseException:
+            if parent is not None:
+                self._unacked.append(parent)
+            raise
+        if parent is not None:
+            source.in_flight -= 1
+            self.handed_out -= 1
+            self._count("crawlq/acked")
+        return added[0]
+
+    def _add_payload(
+        self,
+        source: _Source,
+        request: scrapy.Request,
+        priority: int,
+        slot: str,
+        dont_filter: bool,
+        fingerprint: bytes,
+        start: bool,
+    ) -> bool:
+        meta: dict[str, Any] = {_SLOT: slot}
+        url = request.url
+        creq = self._crawlq_request(url, priority, meta, dont_filter)
+        meta[_PAYLOAD] = self._codec.encode(request, with_url=creq.url != url)
+        try:
+            return self._add(source, creq, fingerprint, start)
+        except InvalidRequest as exc:
+            if creq.url == _PLACEHOLDER_URL or isinstance(exc, Unserializable):
+                raise
+            # A URL crawlq cannot parse (say, a bad port): file it by placeholder.
+            meta = {_SLOT: slot, _PAYLOAD: self._codec.encode(request, with_url=True)}
+            creq = Request(_PLACEHOLDER_URL, priority=priority, meta=meta, dont_filter=dont_filter)
+            return self._add(source, creq, fingerprint, start)
+
+    def _add_object(
+        self,
+        source: _Source,
+        request: scrapy.Request,
+        priority: int,
+        slot: str,
+        dont_filter: bool,
+        fingerprint: bytes,
+        start: bool,
+    ) -> bool:
+        self._tokens += 1
+        token = self._tokens
+        meta: dict[str, Any] = {_SLOT: slot, _TOKEN: token, _RUN: self._run}
+        creq = self._crawlq_request(request.url, priority, meta, dont_filter)
+        try:
+            added = self._add(source, creq, fingerprint, start)
+        except InvalidRequest:
+            if creq.url == _PLACEHOLDER_URL:
+                raise
+            creq = Request(_PLACEHOLDER_URL, priority=priority, meta=meta, dont_filter=dont_filter)
+            added = self._add(source, creq, fingerprint, start)
+        if added:
+            source.objects[token] = request
+        return added
+
+    def local_source(self) -> _Source:
+        """The in-memory frontier beside the store, opened on first use."""
+        local = self.local
+        if local is None:
+            config = self.config
+            frontier = open_frontier(
+                "memory://",
+                host_delay=config.host_delay,
+                host_concurrency=config.host_concurrency,
+                lifo=config.lifo,
+                lease_timeout=config.lease_timeout,
+                fingerprinter=Fingerprinter(mode="scrapy"),
+            )
+            local = self.local = _Source(frontier)
+        return local
+
+    # -- handing out ------------------------------------------------------------------
+
+    def pop(self) -> tuple[scrapy.Request, bool] | None:
+        """Hand out the next ready request and whether it came from the store's payloads.
+
+        None when nothing is ready now. A stored request that cannot be
+        rebuilt, or whose object is gone with an earlier run, is acked,
+        reported to ``on_dropped`` and skipped.
+        """
+        while True:
+            picked = self._pick()
+            if picked is None:
+                return None
+            source, creq = picked
+            meta = creq.meta
+            token = meta.get(_TOKEN)
+            if token is None:
+                try:
+                    request = self._codec.decode(meta[_PAYLOAD], creq.url)
+                except Exception as exc:
+                    self._drop(source, creq, exc)
+                    continue
+            else:
+                found = source.objects.get(token) if meta.get(_RUN) == self._run else None
+                if found is None:
+                    self._drop(source, creq, None)
+                    continue
+                request = found
+            key = id(request)
+            entries = self._in_flight.get(key)
+            if entries is None:
+                self._in_flight[key] = [(request, source, creq)]
+            else:
+                entries.append((request, source, creq))
+            source.in_flight += 1
+            self.handed_out += 1
+            return request, token is None
+
+    def _drop(self, source: _Source, creq: Request, reason: Exception | None) -> None:
+        self._on_dropped(creq.url, reason)
+        source.frontier.ack(creq)
+
+    def _pick(self) -> tuple[_Source, Request] | None:
+        main = self.main
+        local = self.local
+        if local is None:
+            creq = main.frontier.pop()
+            return None if creq is None else (main, creq)
+        # Two frontiers: pop one request from each (if none is held yet) and
+        # hand out the better; the other stays held, leased, for the next call.
+        now = time.monotonic()
+        for source in (main, local):
+            held = source.held
+            if held is not None and now - source.held_at > self._hold_limit:
+                source.held = None  # before its lease runs out: put it back
+                source.frontier.release(held)
+            if source.held is None:
+                source.held = source.frontier.pop()
+                source.held_at = now
+        best: _Source | None = None
+        for source in (local, main):  # memory first at equal priority, as in Scrapy
+            held = source.held
+            if held is not None and (
+                best is None or best.held is None or held.priority > best.held.priority
+            ):
+                best = source
+        if best is None or best.held is None:
+            return None
+        creq = best.held
+        best.held = None
+        return best, creq
+
+    def next_ready_in(self) -> float | None:
+        """Seconds until a request may be ready (None: only after an add)."""
+        delays = [
+            delay
+            for source in (self.main, self.local)
+            if source is not None and (delay := source.frontier.next_ready_in()) is not None
+        ]
+        return min(delays) if delays else None
+
+    # -- finishing --------------------------------------------------------------------
+
+    def finished(self, request: Any) -> None:
+        """Ack a request the engine is done with; unknown requests are ignored."""
+        entries = self._in_flight.get(id(request))
+        if entries is None:
+            return
+        index = next((i for i, entry in enumerate(entries) if entry[0] is request), -1)
+        if index < 0:
+            return
+        _, source, creq = entries.pop(index)
+        if not entries:
+            del self._in_flight[id(request)]
+        token = creq.meta.get(_TOKEN)
+        if token is not None:
+            source.objects.pop(token, None)
+        if self.failed and source is self.main:
+            source.in_flight -= 1
+            self.handed_out -= 1
+            return  # no ack after a store failure: it comes back on resume
+        if source is self.main and self.config.durable:
+            # Ride on the next add's commit (add_many(..., ack=)), or go at
+            # the next next_request: one commit saved per page, usually.
+            # Until then it still counts as in flight, so a kill re-fetches
+            # at most CRAWLQ_MAX_IN_FLIGHT requests.
+            self._unacked.append(creq)
+            return
+        source.in_flight -= 1
+        self.handed_out -= 1
+        source.frontier.ack(creq)
+        self._count("crawlq/acked")
+
+    def flush_acks(self) -> None:
+        """Ack, in one durable step, the finished requests no add has carried yet."""
+        unacked = self._unacked
+        main = self.main
+        if not unacked:
+            return
+        self._unacked = []
+        main.in_flight -= len(unacked)
+        self.handed_out -= len(unacked)
+        if self.failed:
+            return
+        main.frontier.ack_many(unacked)
+        for _ in unacked:
+            self._count("crawlq/acked")
+
+    def close(self) -> int:
+        """Put back what was handed out and not finished, close both frontiers.
+
+        Returns how many requests the engine did not finish. Never raises for
+        the store: a durable store gives unfinished requests back on resume.
+        """
+        try:
+            self.flush_acks()
+        except StoreError:
+            self.failed = True
+        released = 0
+        for source in (self.main, self.local):
+            if source is None:
+                continue
+            leases = [
+                creq
+                for entries in self._in_flight.values()
+                for _, owner, creq in entries
+                if owner is source
+            ]
+            released += len(leases)
+            if source.held is not None:
+                leases.append(source.held)
+                source.held = None
+            if leases and not self.failed and not source.frontier.closed:
+                # The engine did not finish them (it was stopped hard): a
+                # shared store can hand them to another crawler at once.
+                with contextlib.suppress(StoreError):
+                    source.frontier.release_many(leases)
+        self._in_flight.clear()
+        self.handed_out = 0
+        self.main.frontier.close()
+        if self.local is not None:
+            self.local.frontier.close()
+        return released

@@ -1,0 +1,62 @@
+"""crawlq for Scrapy: a drop-in ``SCHEDULER``, and disk queues for the stock one.
+
+In ``settings.py``::
+
+    SCHEDULER = "crawlq.contrib.scrapy.Scheduler"
+
+and nothing else. Without ``JOBDIR`` requests are kept in memory
+(``memory://``); with ``JOBDIR`` they are kept in the SQLite job
+``JOBDIR/crawlq.db``, and Ctrl-C or ``kill -9`` followed by the same command
+resumes the crawl with nothing lost. ``CRAWLQ_URL`` picks another store
+(a job path, ``sqlite:///...``, ``redis://...``).
+
+Settings (all optional; `Scheduler` describes the behaviour and the stats):
+
+| setting | default | meaning |
+| --- | --- | --- |
+| `CRAWLQ_URL` | `JOBDIR/crawlq.db` if `JOBDIR` is set, else `memory://` | where requests are kept |
+| `CRAWLQ_LIFO` | `True` (Scrapy's DFO), `False` if `SCHEDULER_DISK_QUEUE` (durable \
+store) or `SCHEDULER_MEMORY_QUEUE` (memory) is a Fifo class | newest first within a priority |
+| `CRAWLQ_HOST_DELAY` | `DOWNLOAD_DELAY` | least seconds between two requests of one slot |
+| `CRAWLQ_HOST_CONCURRENCY` | `CONCURRENT_REQUESTS_PER_IP`, else `..._PER_DOMAIN` | most \
+requests of one download slot in the engine at once; 0: no limit |
+| `CRAWLQ_MAX_IN_FLIGHT` | `CONCURRENT_REQUESTS` | most requests in the engine at once, \
+downloading or being parsed (the re-fetches after a `kill -9`); 0: no limit |
+| `CRAWLQ_LEASE_TIMEOUT` | `600` | seconds before an unfinished request is handed out again |
+| `CRAWLQ_OPTIONS` | `{}` | more `crawlq.open_frontier` options, e.g. `{"synchronous": "full"}` |
+
+(A trailing backslash continues a row on the next line.) Scrapy settings it
+honours: `JOBDIR`; `SCHEDULER_DEBUG` (log every request kept in memory, not
+only the first); `DUPEFILTER_DEBUG` (log every duplicate);
+`DUPEFILTER_CLASS` (`scrapy.dupefilters.BaseDupeFilter` turns deduplication
+off; other classes are not used: crawlq deduplicates with
+`crawler.request_fingerprinter`); `SCHEDULER_START_DISK_QUEUE` /
+`SCHEDULER_START_MEMORY_QUEUE` (`None` orders start requests like the
+others); `DOWNLOAD_DELAY`, `CONCURRENT_REQUESTS_PER_DOMAIN`,
+`CONCURRENT_REQUESTS_PER_IP`.
+
+For Scrapy's stock scheduler with ``JOBDIR``, `FifoDiskQueue` and
+`LifoDiskQueue` replace its pickle disk queues (``SCHEDULER_DISK_QUEUE``).
+
+Tested with Scrapy 2.13 and 2.19 (``crawlq[scrapy]`` pins ``scrapy>=2.13,<3``).
+Importing this module without Scrapy raises `crawlq.ConfigError` naming the
+extra to install.
+"""
+
+from __future__ import annotations
+
+from .._errors import ConfigError
+
+try:
+    import scrapy  # noqa: F401
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ConfigError(
+        f"crawlq.contrib.scrapy needs Scrapy ({exc}): pip install 'crawlq[scrapy]'"
+    ) from exc
+
+from ._scrapy_codec import Unserializable
+from ._scrapy_frontiers import crawlq_priority
+from ._scrapy_queues import FifoDiskQueue, LifoDiskQueue
+from ._scrapy_scheduler import Scheduler
+
+__all__ = ["FifoDiskQueue", "LifoDiskQueue", "Scheduler", "Unserializable", "crawlq_priority"]

@@ -1,0 +1,655 @@
+"""Scheduler and queue scenarios, run in a child process by ``test_scenarios.py``.
+
+Scrapy's ``Crawler`` wants its reactor installed, which must not happen
+inside the pytest process (the rest of the suite runs asyncio tests there).
+So ``python -m tests.scrapy._scenarios DIR`` runs every scenario here, each
+with a fresh ``Crawler`` and engine (as ``benchmarks/peers.py`` builds them),
+and prints one JSON line per scenario: its name, and the traceback if it
+failed. ``python -m tests.scrapy._scenarios DIR push-forever KEY`` pushes
+into a disk queue until killed, for the kill -9 test.
+
+The engine is not started: a scenario plays the engine, calling
+``next_request`` and then ``engine._slot.remove_request`` (a stand-in slot)
+as the engine does when it is done with a request.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import json
+import logging
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import scrapy
+from scrapy.crawler import Crawler
+from scrapy.http import FormRequest, JsonRequest
+from scrapy.http.request import NO_CALLBACK
+
+import crawlq
+from crawlq.contrib import _scrapy_engine
+from crawlq.contrib.scrapy import FifoDiskQueue, LifoDiskQueue, Scheduler
+
+SCENARIOS: dict[str, Callable[[Path], None]] = {}
+
+
+def scenario(func: Callable[[Path], None]) -> Callable[[Path], None]:
+    SCENARIOS[func.__name__] = func
+    return func
+
+
+class Item(scrapy.Item):
+    name = scrapy.Field()
+    tags = scrapy.Field()
+
+
+class Spider(scrapy.Spider):
+    name = "scenario"
+
+    def parse(self, response: Any, **kwargs: Any) -> Any:
+        return None
+
+    def parse_item(self, response: Any, **kwargs: Any) -> Any:
+        return None
+
+    def on_error(self, failure: Any) -> None:
+        return None
+
+
+class StandInSlot:
+    """What the scheduler needs of the engine's slot: remove_request and nextcall."""
+
+    def __init__(self) -> None:
+        self.removed: list[Any] = []
+        self.wakes = 0
+        self.nextcall = self
+
+    def remove_request(self, request: Any) -> None:
+        self.removed.append(request)
+
+    def schedule(self, delay: float = 0) -> None:
+        self.wakes += 1
+
+
+_timers: list[tuple[float, Callable[[], None]]] = []
+
+
+def _recording_call_later(delay: float, func: Callable[[], None]) -> Any:
+    _timers.append((delay, func))
+
+    class Timer:
+        def cancel(self) -> None:
+            pass
+
+    return Timer()
+
+
+_reactor_installed = False
+
+
+def make_crawler(settings: dict[str, Any] | None = None) -> Crawler:
+    global _reactor_installed
+    base = {"LOG_ENABLED": False, "TELNETCONSOLE_ENABLED": False}
+    crawler = Crawler(Spider, {**base, **(settings or {})}, init_reactor=not _reactor_installed)
+    _reactor_installed = True
+    crawler.spider = crawler._create_spider()
+    crawler._apply_settings()
+    crawler.engine = crawler._create_engine()
+    crawler.engine._slot = StandInSlot()  # type: ignore[assignment]
+    return crawler
+
+
+_schedulers: list[Scheduler] = []
+
+
+def open_scheduler(settings: dict[str, Any] | None = None) -> tuple[Scheduler, Crawler]:
+    crawler = make_crawler(settings)
+    scheduler = Scheduler.from_crawler(crawler)
+    scheduler.open(crawler.spider)
+    _schedulers.append(scheduler)
+    return scheduler, crawler
+
+
+def finish(crawler: Crawler, request: scrapy.Request) -> None:
+    """Do what the engine does when it is done with a request."""
+    crawler.engine._slot.remove_request(request)  # type: ignore[union-attr]
+
+
+def drain(scheduler: Scheduler, crawler: Crawler) -> list[scrapy.Request]:
+    out = []
+    while (request := scheduler.next_request()) is not None:
+        out.append(request)
+        finish(crawler, request)
+    return out
+
+
+def stat(crawler: Crawler, name: str) -> Any:
+    for scheduler in _schedulers:
+        scheduler._counts.flush()  # stats are handed over in batches
+    return crawler.stats.get_value(name)
+
+
+# -- the BaseScheduler contract ------------------------------------------------------
+
+
+@scenario
+def contract_memory(tmp: Path) -> None:
+    scheduler, crawler = open_scheduler({"SCHEDULER": "crawlq.contrib.scrapy.Scheduler"})
+    assert not scheduler.has_pending_requests() and len(scheduler) == 0
+    assert scheduler.next_request() is None
+    first = scrapy.Request("http://a.example/1")
+    assert scheduler.enqueue_request(first) is True
+    assert scheduler.enqueue_request(scrapy.Request("http://a.example/1#frag")) is False
+    assert scheduler.enqueue_request(scrapy.Request("http://a.example/1", dont_filter=True))
+    assert scheduler.enqueue_request(scrapy.Request("http://b.example/2", priority=5))
+    assert len(scheduler) == 3 and scheduler.has_pending_requests()
+    got = scheduler.next_request()
+    assert got is not None and got.url == "http://b.example/2", got
+    assert len(scheduler) == 2
+    finish(crawler, got)
+    rest = drain(scheduler, crawler)
+    assert [r.url for r in rest] == ["http://a.example/1"] * 2
+    # The memory store hands back the very objects it was given.
+    assert rest[0] is first or rest[1] is first
+    assert not scheduler.has_pending_requests() and len(scheduler) == 0
+    assert stat(crawler, "scheduler/enqueued") == stat(crawler, "scheduler/enqueued/memory") == 3
+    assert stat(crawler, "scheduler/dequeued") == 3
+    assert stat(crawler, "dupefilter/filtered") == 1
+    assert stat(crawler, "crawlq/acked") == 3
+    scheduler.close("finished")
+
+
+@scenario
+def next_request_is_none_while_a_slot_waits_for_its_delay(tmp: Path) -> None:
+    _timers.clear()
+    scheduler, crawler = open_scheduler({"DOWNLOAD_DELAY": 0.3})
+    for n in range(2):
+        scheduler.enqueue_request(scrapy.Request(f"http://a.example/{n}"))
+    first = scheduler.next_request()
+    assert first is not None
+    assert scheduler.next_request() is None
+    assert scheduler.has_pending_requests() and len(scheduler) == 1
+    # The engine is told to look again when the slot is ready, not in 5 s.
+    assert _timers and 0.2 < _timers[-1][0] <= 0.3, _timers
+    time.sleep(0.3)
+    _timers[-1][1]()
+    assert crawler.engine._slot.wakes == 1  # type: ignore[union-attr]
+    assert scheduler.next_request() is not None
+    scheduler.close("finished")
+
+
+@scenario
+def download_slots_follow_the_downloader(tmp: Path) -> None:
+    scheduler, crawler = open_scheduler(
+        {"CONCURRENT_REQUESTS_PER_DOMAIN": 1, "CONCURRENT_REQUESTS": 100}
+    )
+    requests = [
+        scrapy.Request("http://a.example/1"),
+        scrapy.Request("http://a.example/2"),
+        scrapy.Request("http://b.example/1", meta={"download_slot": "shared"}),
+        scrapy.Request("http://c.example/1", meta={"download_slot": "shared"}),
+        scrapy.Request("data:,hello"),  # Scrapy's slot "" (no host)
+    ]
+    for request in requests:
+        assert scheduler.enqueue_request(request)
+    out = []
+    while (request := scheduler.next_request()) is not None:
+        out.append(request.url)
+    # One per slot at a time: a.example, "shared", and the no-host slot.
+    assert len(out) == 3, out
+    assert {crawler.engine.downloader.get_slot_key(r) for r in requests} == {
+        "a.example",
+        "shared",
+        "",
+    }
+    assert scheduler.has_pending_requests()
+    scheduler.close("shutdown")
+
+
+@scenario
+def in_flight_is_capped_by_concurrent_requests(tmp: Path) -> None:
+    scheduler, crawler = open_scheduler({"CONCURRENT_REQUESTS": 3})
+    for n in range(10):
+        scheduler.enqueue_request(scrapy.Request(f"http://h{n}.example/"))
+    handed = [scheduler.next_request() for _ in range(3)]
+    assert all(handed) and scheduler.next_request() is None
+    finish(crawler, handed[0])
+    assert scheduler.next_request() is not None
+    scheduler.close("shutdown")
+
+
+@scenario
+def base_dupefilter_turns_deduplication_off(tmp: Path) -> None:
+    scheduler, _ = open_scheduler({"DUPEFILTER_CLASS": "scrapy.dupefilters.BaseDupeFilter"})
+    assert scheduler.enqueue_request(scrapy.Request("http://a.example/"))
+    assert scheduler.enqueue_request(scrapy.Request("http://a.example/"))
+    scheduler.close("finished")
+
+
+# -- order ------------------------------------------------------------------------------
+
+
+def _order_requests() -> list[scrapy.Request]:
+    def start(url: str, priority: int = 0) -> scrapy.Request:
+        return scrapy.Request(url, priority=priority, meta={"is_start_request": True})
+
+    return [
+        start("http://a.example/s1"),
+        start("http://a.example/s2"),
+        scrapy.Request("http://a.example/n1"),
+        start("http://a.example/s3"),
+        scrapy.Request("http://a.example/n2"),
+        start("http://a.example/s-high", priority=1),
+        scrapy.Request("http://a.example/low", priority=-1),
+        scrapy.Request("http://a.example/n3"),
+        scrapy.Request("http://a.example/huge", priority=2**40),
+    ]
+
+
+def _order(settings: dict[str, Any], stock: bool) -> list[str]:
+    base = {"CONCURRENT_REQUESTS_PER_DOMAIN": 0, "CONCURRENT_REQUESTS": 0, **settings}
+    if stock:
+        crawler = make_crawler(
+            {**base, "SCHEDULER_PRIORITY_QUEUE": "scrapy.pqueues.ScrapyPriorityQueue"}
+        )
+        from scrapy.core.scheduler import Scheduler as StockScheduler
+
+        stock_scheduler = StockScheduler.from_crawler(crawler)
+        stock_scheduler.open(crawler.spider)
+        for request in _order_requests():
+            stock_scheduler.enqueue_request(request)
+        out = []
+        while (request := stock_scheduler.next_request()) is not None:
+            out.append(request.url.rsplit("/", 1)[1])
+        stock_scheduler.close("finished")
+        return out
+    scheduler, crawler = open_scheduler(base)
+    for request in _order_requests():
+        scheduler.enqueue_request(request)
+    order = [r.url.rsplit("/", 1)[1] for r in drain(scheduler, crawler)]
+    scheduler.close("finished")
+    return order
+
+
+@scenario
+def order_matches_scrapy_fifo(tmp: Path) -> None:
+    fifo = {
+        "SCHEDULER_MEMORY_QUEUE": "scrapy.squeues.FifoMemoryQueue",
+        "SCHEDULER_DISK_QUEUE": "scrapy.squeues.PickleFifoDiskQueue",
+    }
+    ours, theirs = _order(fifo, stock=False), _order(fifo, stock=True)
+    assert ours == theirs, (ours, theirs)
+    assert ours == ["huge", "s-high", "n1", "n2", "n3", "s1", "s2", "s3", "low"], ours
+
+
+@scenario
+def order_matches_scrapy_lifo(tmp: Path) -> None:
+    ours, theirs = _order({}, stock=False), _order({}, stock=True)
+    assert theirs == ["huge", "s-high", "n3", "n2", "n1", "s1", "s2", "s3", "low"], theirs
+    if _order_override():
+        assert ours == theirs, (ours, theirs)
+    else:
+        # Without add_many(lifo=...) in core, start requests follow CRAWLQ_LIFO too.
+        assert ours == ["huge", "s-high", "n3", "n2", "n1", "s3", "s2", "s1", "low"], ours
+
+
+def _order_override() -> bool:
+    from crawlq.contrib import _scrapy_frontiers
+
+    return bool(_scrapy_frontiers.ORDER_OVERRIDE)
+
+
+@scenario
+def start_requests_like_others_when_start_queues_are_none(tmp: Path) -> None:
+    order = _order(
+        {"SCHEDULER_START_MEMORY_QUEUE": None, "CRAWLQ_LIFO": False}, stock=False
+    )
+    assert order == ["huge", "s-high", "s1", "s2", "n1", "s3", "n2", "n3", "low"], order
+
+
+# -- storage ----------------------------------------------------------------------------
+
+
+def _odd_requests(spider: Spider) -> list[scrapy.Request]:
+    return [
+        scrapy.Request(
+            "http://a.example/item?id=1",
+            callback=spider.parse_item,
+            errback=spider.on_error,
+            method="PUT",
+            headers={"X-Token": "abc", "Accept": ["text/html", "application/json"]},
+            body=b"\x00\x01 body",
+            cookies={"session": "s1"},
+            meta={
+                "tuple": (1, "two", b"3"),
+                "set": {1, 2},
+                "frozen": frozenset({"x"}),
+                "when": datetime.datetime(2024, 5, 6, 7, 8, 9, tzinfo=datetime.UTC),
+                "naive": datetime.datetime(2024, 5, 6, 7, 8, 9),
+                "day": datetime.date(2024, 5, 6),
+                "price": decimal.Decimal("12.50"),
+                "by_int": {1: "one", (2, 3): "tuple key"},
+                "item": Item(name="n", tags=["a", "b"]),
+                "nested": [{"a": (1, 2)}, None, 1.5, True],
+                "big": 2**63,
+            },
+            encoding="latin-1",
+            priority=2**40,
+            dont_filter=True,
+            flags=["f1"],
+            cb_kwargs={"page": 3, "key": ("k",)},
+        ),
+        FormRequest("http://b.example/login", formdata={"user": "u", "pw": "p"}),
+        JsonRequest("http://c.example/api", data={"q": [1, 2]}, dumps_kwargs={"indent": 2}),
+        scrapy.Request("data:,hello%20world", callback=spider.parse),
+        scrapy.Request("http://d.example/none", callback=NO_CALLBACK),
+        scrapy.Request("http://:80/no-host"),  # Scrapy takes it, crawlq cannot file it
+    ]
+
+
+def _comparable(request: scrapy.Request, spider: Spider) -> dict[str, Any]:
+    if request.callback is NO_CALLBACK:  # Scrapy's to_dict cannot name it
+        request = request.replace(callback=None)
+    data = request.to_dict(spider=spider)
+    data["headers"] = {k: list(v) for k, v in data["headers"].items()}
+    return data
+
+
+@scenario
+def requests_survive_the_sqlite_job_exactly(tmp: Path) -> None:
+    jobdir = tmp / "job"
+    scheduler, crawler = open_scheduler({"JOBDIR": str(jobdir)})
+    originals = _odd_requests(crawler.spider)  # type: ignore[arg-type]
+    for request in originals:
+        assert scheduler.enqueue_request(request), request
+    assert stat(crawler, "scheduler/enqueued/disk") == len(originals)
+    scheduler.close("shutdown")
+
+    scheduler, crawler = open_scheduler({"JOBDIR": str(jobdir)})
+    assert stat(crawler, "crawlq/resumed") == len(originals)
+    back = drain(scheduler, crawler)
+    spider = crawler.spider
+    by_url = {r.url: r for r in back}
+    assert len(back) == len(originals)
+    for original in originals:
+        copy = by_url[original.url]
+        assert type(copy) is type(original), (type(copy), type(original))
+        assert _comparable(copy, spider) == _comparable(original, spider), original.url  # type: ignore[arg-type]
+        if original.callback is NO_CALLBACK:
+            assert copy.callback is NO_CALLBACK
+    odd = by_url["http://a.example/item?id=1"]
+    assert odd.callback == spider.parse_item and odd.errback == spider.on_error  # type: ignore[attr-defined]
+    assert type(odd.meta["item"]) is Item and odd.meta["tuple"] == (1, "two", b"3")
+    assert odd.meta["naive"].tzinfo is None and odd.meta["by_int"][(2, 3)] == "tuple key"
+    assert odd.priority == 2**40
+    scheduler.close("finished")
+
+
+@scenario
+def stored_data_cannot_make_the_crawler_import_other_modules(tmp: Path) -> None:
+    from crawlq.contrib._scrapy_codec import RequestCodec
+
+    codec = RequestCodec(None)
+    data = codec.encode(scrapy.Request("http://a.example/"))
+    import msgspec
+
+    payload = msgspec.msgpack.decode(data)
+    for path in ("antigravity.Request", "json.JSONDecoder", "scrapy.Spider"):
+        forged = msgspec.msgpack.encode({**payload, "_class": path})
+        try:
+            codec.decode(forged, "http://a.example/")
+        except ValueError as exc:
+            assert path in str(exc), str(exc)
+        else:
+            raise AssertionError(f"decoded a payload naming {path}")
+    assert "antigravity" not in sys.modules
+
+
+@scenario
+def unserializable_requests_keep_their_place_and_are_dropped_on_resume(tmp: Path) -> None:
+    jobdir = tmp / "job"
+    scheduler, crawler = open_scheduler({"JOBDIR": str(jobdir)})
+    enqueue = scheduler.enqueue_request
+    assert enqueue(scrapy.Request("http://a.example/1", priority=1))
+    assert enqueue(scrapy.Request("http://a.example/lambda", priority=5, callback=lambda r: None))
+    assert enqueue(scrapy.Request("http://a.example/object", priority=3, meta={"x": object()}))
+    assert enqueue(scrapy.Request("http://a.example/10", priority=10))
+    # Deduplicated against stored requests, both ways round.
+    assert not enqueue(scrapy.Request("http://a.example/lambda"))
+    assert not enqueue(scrapy.Request("http://a.example/1", callback=lambda r: None))
+    assert stat(crawler, "scheduler/unserializable") == 2
+    assert stat(crawler, "scheduler/enqueued/memory") == 2
+    first = scheduler.next_request()
+    assert first is not None and first.url.endswith("/10")
+    finish(crawler, first)
+    scheduler.close("shutdown")
+
+    scheduler, crawler = open_scheduler({"JOBDIR": str(jobdir)})
+    assert [r.url.rsplit("/", 1)[1] for r in drain(scheduler, crawler)] == ["1"]
+    assert stat(crawler, "crawlq/unserializable_lost") == 2
+    scheduler.close("finished")
+
+
+@scenario
+def a_shared_store_merges_memory_requests_by_priority(tmp: Path) -> None:
+    from crawlq.contrib._scrapy_settings import SchedulerConfig
+
+    # A SQLite job standing in for a shared store (Redis): it may not hold
+    # tokens of objects that live in this process.
+    scheduler, crawler = open_scheduler({"JOBDIR": str(tmp / "job")})
+    config = SchedulerConfig(**{**_fields(scheduler.config), "shared": True})
+    frontiers = scheduler._frontiers
+    assert frontiers is not None
+    scheduler.config = frontiers.config = config
+    frontiers.seen_many = None
+    enqueue = scheduler.enqueue_request
+    for priority in (1, 7, 3):
+        assert enqueue(scrapy.Request(f"http://a.example/{priority}", priority=priority))
+    for priority in (5, 9, 3):
+        url = f"http://b.example/m{priority}"
+        assert enqueue(scrapy.Request(url, priority=priority, callback=lambda r: None))
+    order = [r.url.rsplit("/", 1)[1] for r in drain(scheduler, crawler)]
+    # Memory first at equal priority, as in Scrapy.
+    assert order == ["m9", "7", "m5", "m3", "3", "1"], order
+    assert stat(crawler, "scheduler/dequeued/memory") == 3
+    scheduler.close("finished")
+
+
+def _fields(config: Any) -> dict[str, Any]:
+    return {name: getattr(config, name) for name in config.__dataclass_fields__}
+
+
+@scenario
+def a_request_never_finished_comes_back_after_a_restart(tmp: Path) -> None:
+    jobdir = tmp / "job"
+    scheduler, crawler = open_scheduler({"JOBDIR": str(jobdir)})
+    for n in range(3):
+        scheduler.enqueue_request(scrapy.Request(f"http://a{n}.example/"))
+    done, unfinished = scheduler.next_request(), scheduler.next_request()
+    assert done is not None and unfinished is not None
+    finish(crawler, done)
+    # The engine asks for the next request at once; the ack is written by
+    # then (with the next add, or before the next pop).
+    assert scheduler.next_request() is not None
+    # No close: as after kill -9, only what was written counts.
+    scheduler.frontier._store._lock.release()  # type: ignore[attr-defined]
+    scheduler.frontier._store._db.close()  # type: ignore[attr-defined]
+
+    scheduler, crawler = open_scheduler({"JOBDIR": str(jobdir)})
+    urls = {r.url for r in drain(scheduler, crawler)}
+    assert urls == {"http://a0.example/", "http://a1.example/", "http://a2.example/"} - {
+        done.url
+    }, urls
+    scheduler.close("finished")
+
+
+@scenario
+def bad_settings_are_refused_naming_the_setting(tmp: Path) -> None:
+    cases = {
+        "CRAWLQ_URL": {"CRAWLQ_URL": "bogus://x"},
+        "CRAWLQ_LEASE_TIMEOUT": {"CRAWLQ_LEASE_TIMEOUT": "-1"},
+        "CRAWLQ_HOST_DELAY": {"CRAWLQ_HOST_DELAY": "soon"},
+        "CRAWLQ_LIFO": {"CRAWLQ_LIFO": "maybe"},
+        "CRAWLQ_OPTIONS": {"CRAWLQ_OPTIONS": {"nonsense": 1}},
+    }
+    for name, settings in cases.items():
+        try:
+            open_scheduler(settings)
+        except crawlq.ConfigError as exc:
+            assert name in str(exc), (name, str(exc))
+        else:
+            raise AssertionError(f"{name} was accepted")
+
+
+@scenario
+def a_changed_order_setting_is_refused_on_resume(tmp: Path) -> None:
+    jobdir = tmp / "job"
+    scheduler, _ = open_scheduler({"JOBDIR": str(jobdir)})
+    scheduler.close("finished")
+    try:
+        open_scheduler({"JOBDIR": str(jobdir), "CRAWLQ_LIFO": False})
+    except crawlq.IncompatibleStore as exc:
+        assert "CRAWLQ_LIFO" in str(exc), str(exc)
+    else:
+        raise AssertionError("resumed with another order")
+
+
+# -- disk queues for the stock scheduler --------------------------------------------------------
+
+
+def _queue(cls: type[Any], crawler: Crawler, key: Path) -> Any:
+    return cls.from_crawler(crawler, str(key))
+
+
+@scenario
+def disk_queues_keep_their_order_and_survive_reopening(tmp: Path) -> None:
+    crawler = make_crawler({"JOBDIR": str(tmp / "job")})
+    for cls, expected in ((FifoDiskQueue, [0, 1, 2, 3]), (LifoDiskQueue, [3, 2, 1, 0])):
+        key = tmp / cls.__name__
+        queue = _queue(cls, crawler, key)
+        assert len(queue) == 0 and queue.pop() is None and queue.peek() is None
+        for n in range(4):
+            queue.push(scrapy.Request(f"http://a.example/{n}", callback=crawler.spider.parse))  # type: ignore[union-attr]
+        assert len(queue) == 4
+        queue.close()
+        queue = _queue(cls, crawler, key)
+        assert len(queue) == 4
+        peeked = queue.peek()
+        assert peeked is not None and peeked.url.endswith(f"/{expected[0]}")
+        assert len(queue) == 4
+        got = []
+        while (request := queue.pop()) is not None:
+            got.append(int(request.url.rsplit("/", 1)[1]))
+        assert got == expected, (cls, got)
+        assert request is None and len(queue) == 0
+        queue.close()
+        assert not key.exists(), "an empty queue leaves no files, like Scrapy's"
+
+
+@scenario
+def disk_queue_refuses_what_it_cannot_store_with_a_value_error(tmp: Path) -> None:
+    crawler = make_crawler()
+    queue = _queue(FifoDiskQueue, crawler, tmp / "q")
+    try:
+        queue.push(scrapy.Request("http://a.example/", callback=lambda r: None))
+    except ValueError as exc:  # the stock scheduler falls back to memory on ValueError
+        assert "callback" in str(exc)
+    else:
+        raise AssertionError("pushed a lambda callback")
+    assert len(queue) == 0
+    queue.close()
+
+
+@scenario
+def disk_queue_fails_at_from_crawler_when_its_store_cannot_open(tmp: Path) -> None:
+    crawler = make_crawler()
+    key = tmp / "q"
+    holder = _queue(FifoDiskQueue, crawler, key)
+    try:
+        _queue(FifoDiskQueue, crawler, key)
+    except crawlq.JobLocked as exc:
+        assert "SCHEDULER_DISK_QUEUE" in str(exc) and str(key) in str(exc), str(exc)
+    else:
+        raise AssertionError("opened a locked queue")
+    holder.close()
+    foreign = tmp / "foreign"
+    foreign.mkdir()
+    (foreign / "crawlq.db").write_bytes(b"not a database at all")
+    try:
+        _queue(LifoDiskQueue, crawler, foreign)
+    except crawlq.IncompatibleStore as exc:
+        assert "SCHEDULER_DISK_QUEUE" in str(exc)
+    else:
+        raise AssertionError("opened a foreign file")
+
+
+@scenario
+def disk_queues_keep_active_json_listing_their_priorities(tmp: Path) -> None:
+    jobdir = tmp / "job"
+    crawler = make_crawler({"JOBDIR": str(jobdir)})
+    queues = jobdir / "requests.queue"
+    queues.mkdir(parents=True)
+    active = queues / "active.json"
+    spq = _queue(LifoDiskQueue, crawler, queues / "-3")
+    spq.push(scrapy.Request("http://a.example/"))
+    assert json.loads(active.read_text()) == [-3]
+    assert spq.pop() is not None
+    spq.close()
+    assert json.loads(active.read_text()) == []
+
+    from scrapy.pqueues import _path_safe
+
+    crawler = make_crawler({"JOBDIR": str(tmp / "job2")})
+    queues = tmp / "job2" / "requests.queue"
+    queues.mkdir(parents=True)
+    per_slot = _queue(LifoDiskQueue, crawler, queues / _path_safe("b.example") / "0")
+    per_slot.push(scrapy.Request("http://b.example/x"))
+    assert json.loads((queues / "active.json").read_text()) == {"b.example": [0]}
+    per_slot.close()
+    assert json.loads((queues / "active.json").read_text()) == {"b.example": [0]}
+
+
+def push_forever(key: str) -> None:
+    crawler = make_crawler()
+    queue = FifoDiskQueue.from_crawler(crawler, key)
+    n = 0
+    while True:
+        queue.push(scrapy.Request(f"http://a.example/{n}"))
+        n += 1
+        print(n, flush=True)
+
+
+def count_queue(key: str) -> None:
+    crawler = make_crawler()
+    queue = FifoDiskQueue.from_crawler(crawler, key)
+    numbers = []
+    while (request := queue.pop()) is not None:
+        numbers.append(int(request.url.rsplit("/", 1)[1]))
+    print(json.dumps(numbers))
+
+
+def main() -> None:
+    logging.disable(logging.CRITICAL)
+    _scrapy_engine._call_later = _recording_call_later  # type: ignore[assignment]
+    directory = Path(sys.argv[1])
+    if len(sys.argv) > 3:
+        {"push-forever": push_forever, "count": count_queue}[sys.argv[2]](sys.argv[3])
+        return
+    for name, func in SCENARIOS.items():
+        tmp = Path(tempfile.mkdtemp(prefix=name[:20] + "-", dir=directory))
+        try:
+            func(tmp)
+        except BaseException:
+            print(json.dumps({"name": name, "error": traceback.format_exc()}), flush=True)
+        else:
+            print(json.dumps({"name": name, "error": None}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

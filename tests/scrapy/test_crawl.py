@@ -1,0 +1,129 @@
+"""Real Scrapy crawls with crawlq as SCHEDULER, checked from the server side."""
+
+from __future__ import annotations
+
+import signal
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from ._site import ServedSite
+from .conftest import CONCURRENT_REQUESTS, SCHEDULER, Result
+
+
+def assert_exactly_once(site: ServedSite) -> Counter[tuple[int, str]]:
+    fetches = site.fetches()
+    expected = site.expected()
+    assert set(fetches) == expected, (
+        f"missing {len(expected - set(fetches))}, unexpected {len(set(fetches) - expected)}"
+    )
+    twice = {key: count for key, count in fetches.items() if count > 1}
+    assert not twice, f"{len(twice)} URLs fetched more than once, e.g. {list(twice.items())[:5]}"
+    return fetches
+
+
+def assert_finished(result: Result) -> None:
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.data is not None and result.data["reason"] == "finished", result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+
+
+def test_memory_crawl_fetches_every_page_once_with_scrapy_stat_names(
+    site: ServedSite, make_crawl: Any
+) -> None:
+    result = make_crawl({"SCHEDULER": SCHEDULER}).run()
+    assert_finished(result)
+    assert_exactly_once(site)
+    pages = len(site.expected())
+    stats = result.stats
+    assert stats["scheduler/enqueued"] == stats["scheduler/enqueued/memory"] == pages
+    assert stats["scheduler/dequeued"] == stats["scheduler/dequeued/memory"] == pages
+    assert stats["crawlq/acked"] == pages
+    # Every duplicate was refused by enqueue_request, and the engine fired
+    # request_dropped for each.
+    assert stats["dupefilter/filtered"] > 1000
+    assert result.data is not None and result.data["dropped"] == stats["dupefilter/filtered"]
+    assert "scheduler/unserializable" not in stats
+
+
+def test_kill_9_halfway_then_the_same_command_resumes(
+    site: ServedSite, make_crawl: Any, tmp_path: Path
+) -> None:
+    crawl = make_crawl({"SCHEDULER": SCHEDULER, "JOBDIR": str(tmp_path / "job")})
+    killed = crawl.interrupt_halfway(signal.SIGKILL)
+    assert killed.returncode == -signal.SIGKILL
+    before = sum(site.fetches().values())
+    assert before < len(site.expected())
+
+    resumed = crawl.run()
+    assert_finished(resumed)
+    assert resumed.stats["crawlq/resumed"] > 0
+    fetches = site.fetches()
+    assert set(fetches) == site.expected(), "a page was never fetched: a request was lost"
+    refetched = sum(count - 1 for count in fetches.values())
+    assert refetched <= CONCURRENT_REQUESTS, f"{refetched} re-fetches after kill -9"
+
+
+def test_ctrl_c_then_the_same_command_resumes_without_refetching(
+    site: ServedSite, make_crawl: Any, tmp_path: Path
+) -> None:
+    crawl = make_crawl({"SCHEDULER": SCHEDULER, "JOBDIR": str(tmp_path / "job")})
+    stopped = crawl.interrupt_halfway(signal.SIGINT)
+    assert stopped.returncode == 0, stopped.stderr[-3000:]
+    assert stopped.data is not None and stopped.data["reason"] == "shutdown"
+    assert len(site.fetches()) < len(site.expected())
+
+    resumed = crawl.run()
+    assert_finished(resumed)
+    assert resumed.stats["crawlq/resumed"] > 0
+    # A graceful stop lets the engine finish what it holds, and each of those
+    # requests is acknowledged: nothing is fetched twice.
+    assert_exactly_once(site)
+
+
+def test_jobdir_crawl_fetches_every_page_once_without_pickle(
+    site: ServedSite, make_crawl: Any, tmp_path: Path
+) -> None:
+    # Some requests get a lambda callback or an object in meta: those stay in
+    # memory, in their place among the stored ones.
+    jobdir = tmp_path / "job"
+    result = make_crawl(
+        {"SCHEDULER": SCHEDULER, "JOBDIR": str(jobdir)}, mode="unserializable"
+    ).run()
+    assert_finished(result)
+    assert_exactly_once(site)
+    stats = result.stats
+    pages = len(site.expected())
+    assert stats["scheduler/enqueued"] == stats["scheduler/dequeued"] == pages
+    assert stats["scheduler/enqueued/disk"] == stats["scheduler/dequeued/disk"] > pages // 2
+    assert stats["scheduler/unserializable"] == stats["scheduler/enqueued/memory"] > 0
+    assert result.stderr.count("Unable to serialize request") == 1
+    assert (jobdir / "crawlq.db").exists()
+    # Scrapy's pickle queue and fingerprint file are not used.
+    assert not (jobdir / "requests.queue").exists()
+    assert not (jobdir / "requests.seen").exists()
+
+
+def test_an_invalid_crawlq_url_stops_the_crawl_at_start(
+    site: ServedSite, make_crawl: Any
+) -> None:
+    result = make_crawl({"SCHEDULER": SCHEDULER, "CRAWLQ_URL": "bogus://nowhere"}).run()
+    assert result.returncode != 0
+    assert "CRAWLQ_URL" in result.stderr and "bogus" in result.stderr
+    assert site.total() == 0
+
+
+def test_a_job_locked_by_a_running_crawl_stops_the_second_at_start(
+    site: ServedSite, make_crawl: Any, tmp_path: Path
+) -> None:
+    import crawlq
+
+    jobdir = tmp_path / "job"
+    holder = crawlq.open_frontier(str(jobdir), fingerprinter=crawlq.Fingerprinter(mode="scrapy"))
+    try:
+        result = make_crawl({"SCHEDULER": SCHEDULER, "JOBDIR": str(jobdir)}).run()
+    finally:
+        holder.close()
+    assert result.returncode != 0
+    assert "CRAWLQ_URL" in result.stderr and "locked by pid" in result.stderr
+    assert site.total() == 0
