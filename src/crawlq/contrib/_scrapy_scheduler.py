@@ -365,9 +365,9 @@ class Scheduler(BaseScheduler):
     def _wake_later(self) -> None:
         hook = self._hook
         frontiers = self._frontiers
-        if hook is None or frontiers is None or not len(frontiers):
+        if hook is None or frontiers is None:
             return
-        delay = frontiers.next_ready_in()
+        delay = frontiers.next_ready_in()  # None when nothing is queued or leased
         if delay is not None:
             # Never 0: the engine just heard None, it must not spin on it.
             hook.wake_in(max(delay, 0.005), time.monotonic())
