@@ -44,6 +44,7 @@ class ModelEntry:
     host: str
     priority: int
     order: int
+    added_lifo: bool = False
     deadline: float = 0.0
     lease_id: int = 0
 
@@ -61,13 +62,16 @@ class Model:
     accepted: int = 0
     leases_made: int = 0
 
-    def add(self, url: str, host: str, priority: int, dont_filter: bool) -> bool:
+    def add(
+        self, url: str, host: str, priority: int, dont_filter: bool, lifo: bool | None = None
+    ) -> bool:
         if not dont_filter:
             if url in self.seen:
                 return False
             self.seen.add(url)
         self.accepted += 1
-        self.queued.append(ModelEntry(url, host, priority, self.accepted))
+        added_lifo = self.lifo if lifo is None else lifo
+        self.queued.append(ModelEntry(url, host, priority, self.accepted, added_lifo))
         return True
 
     def leases_of(self, host: str) -> int:
@@ -92,7 +96,14 @@ class Model:
             return None
         best = min(
             candidates,
-            key=lambda e: (-e.priority, self.leases_of(e.host), -e.order if self.lifo else e.order),
+            # Within a priority and lease count: FIFO-added oldest first,
+            # then LIFO-added newest first.
+            key=lambda e: (
+                -e.priority,
+                self.leases_of(e.host),
+                e.added_lifo,
+                -e.order if e.added_lifo else e.order,
+            ),
         )
         self.queued.remove(best)
         best.deadline = now + self.lease_timeout
@@ -142,14 +153,20 @@ class FrontierMachine(RuleBasedStateMachine):
         priority=st.integers(-2, 2),
         dont_filter=st.booleans(),
         slot=st.sampled_from([False, False, False, True]),
+        lifo=st.sampled_from([None, None, False, True]),
     )
-    def add(self, host: str, page: int, priority: int, dont_filter: bool, slot: bool) -> None:
+    def add(
+        self, host: str, page: int, priority: int, dont_filter: bool, slot: bool, lifo: bool | None
+    ) -> None:
         url = f"https://{host}/p{page}"
         meta = {"download_slot": "slot"} if slot else None
         effective_host = "slot" if slot else host
-        expected = self.model.add(url, effective_host, priority, dont_filter)
+        expected = self.model.add(url, effective_host, priority, dont_filter, lifo)
         request = Request(url, priority=priority, meta=meta, dont_filter=dont_filter)
-        assert self.frontier.add(request) is expected
+        if lifo is None:
+            assert self.frontier.add(request) is expected
+        else:
+            assert self.frontier.add_many([request], lifo=lifo) == [expected]
 
     @rule(target=leases)
     def pop(self) -> Request | None:

@@ -126,6 +126,7 @@ class Frontier:
         *,
         fingerprints: Sequence[bytes] | None = None,
         ack: Request | None = None,
+        lifo: bool | None = None,
     ) -> list[bool]:
         """Queue a batch (the links of one page, say); False marks each duplicate.
 
@@ -137,6 +138,11 @@ class Frontier:
         (Scrapy's ``crawler.request_fingerprinter``). ``ack`` is a popped request
         to mark done in the same durable step, after the batch: the page
         whose links these are. A durable store then commits once, not twice.
+        ``lifo`` orders this batch against the frontier's ``lifo`` setting
+        (None: the setting): within a priority, requests added FIFO come out
+        oldest first, requests added LIFO newest first, and every request
+        added FIFO comes before every request added LIFO. Scrapy's start
+        requests, say, keep the order they were yielded in a LIFO crawl.
         """
         if self._closed:
             raise FrontierClosed(f"frontier {self.url} is closed")
@@ -149,6 +155,11 @@ class Frontier:
                     f"{len(fingerprints)} fingerprints given for {len(batch)} requests"
                 )
             entries = [self._entry(r, f) for r, f in zip(batch, fingerprints, strict=True)]
+        if lifo is not None and lifo is not self.policy.lifo:
+            if type(lifo) is not bool:
+                raise InvalidRequest(f"lifo must be True, False or None, not {lifo!r}")
+            finished = self._leases((ack,)) if ack is not None else ()
+            return self._store.add(entries, finished, lifo=lifo) if entries or finished else []
         if ack is not None:
             return self._store.add(entries, self._leases((ack,)))
         if not entries:

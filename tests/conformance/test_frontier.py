@@ -156,6 +156,47 @@ def test_lifo_within_a_priority(open_store: OpenFrontier) -> None:
     ]
 
 
+@pytest.mark.parametrize("store_lifo", [False, True])
+def test_a_batch_can_take_the_other_order(open_store: OpenFrontier, store_lifo: bool) -> None:
+    frontier = open_store(lifo=store_lifo)
+
+    def batch(name: str, lifo: bool | None) -> None:
+        frontier.add_many([Request(f"https://h.example/{name}{i}") for i in range(2)], lifo=lifo)
+
+    batch("f", False)  # f0 f1
+    batch("d", None)  # the store's own order
+    batch("l", True)  # l0 l1
+    batch("g", False)  # g0 g1
+    batch("m", True)  # m0 m1
+    frontier.add(Request("https://h.example/top", priority=1))
+    fifo = ["f0", "f1", *([] if store_lifo else ["d0", "d1"]), "g0", "g1"]
+    lifo = ["m1", "m0", "l1", "l0", *(["d1", "d0"] if store_lifo else [])]
+    # A released request keeps its place.
+    first = frontier.pop()
+    assert first is not None and first.url == "https://h.example/top"
+    second = frontier.pop()
+    assert second is not None
+    frontier.release(second)
+    frontier.ack(first)
+    expected = ["https://h.example/" + name for name in fifo + lifo]
+    assert urls(drain(frontier)) == expected
+
+
+def test_other_order_applies_with_ack_and_rejects_non_bool(open_store: OpenFrontier) -> None:
+    frontier = open_store()
+    frontier.add(Request("https://p.example/parent"))
+    parent = frontier.pop()
+    assert parent is not None
+    added = frontier.add_many(
+        [Request("https://h.example/1"), Request("https://h.example/2")], ack=parent, lifo=True
+    )
+    assert added == [True, True]
+    with pytest.raises(crawlq.InvalidRequest, match="lifo"):
+        frontier.add_many([Request("https://h.example/3")], lifo=1)  # type: ignore[arg-type]
+    assert urls(drain(frontier)) == ["https://h.example/2", "https://h.example/1"]
+    assert frontier.stats().leased == 0
+
+
 def test_ties_go_to_the_host_with_fewest_leases(open_store: OpenFrontier) -> None:
     frontier = open_store()
     frontier.add_many(

@@ -290,19 +290,11 @@ def order_matches_scrapy_fifo(tmp: Path) -> None:
 
 @scenario
 def order_matches_scrapy_lifo(tmp: Path) -> None:
-    ours, theirs = _order({}, stock=False), _order({}, stock=True)
+    theirs = _order({}, stock=True)
     assert theirs == ["huge", "s-high", "n3", "n2", "n1", "s1", "s2", "s3", "low"], theirs
-    if _order_override():
-        assert ours == theirs, (ours, theirs)
-    else:
-        # Without add_many(lifo=...) in core, start requests follow CRAWLQ_LIFO too.
-        assert ours == ["huge", "s-high", "n3", "n2", "n1", "s3", "s2", "s1", "low"], ours
-
-
-def _order_override() -> bool:
-    from crawlq.contrib import _scrapy_frontiers
-
-    return bool(_scrapy_frontiers.ORDER_OVERRIDE)
+    # Start requests keep the order they were yielded in, in memory and on disk.
+    assert _order({}, stock=False) == theirs
+    assert _order({"JOBDIR": str(tmp / "job")}, stock=False) == theirs
 
 
 @scenario

@@ -25,8 +25,9 @@ Order
     ``2 * p`` for start requests, with ``p`` clamped to ``[-2**30, 2**30 - 1]``
     so the result fits crawlq's 32-bit range (the payload keeps the exact
     value). Within a crawlq priority, the frontier's order applies (FIFO or
-    LIFO, ``CRAWLQ_LIFO``); start requests are added FIFO when the frontier
-    can order a batch apart from its default (``add_many(..., lifo=...)``).
+    LIFO, ``CRAWLQ_LIFO``), except that start requests are always added FIFO
+    (``add_many(..., lifo=False)``): they come out in the order they were
+    yielded, as from Scrapy's start queues.
 
 Acknowledgements
     A request handed to the engine is leased. It is acknowledged once the
@@ -48,7 +49,6 @@ Acknowledgements
 from __future__ import annotations
 
 import contextlib
-import inspect
 import os
 import time
 from collections.abc import Callable
@@ -76,8 +76,6 @@ _RUN: Final = "scrapy_run"
 _PLACEHOLDER_URL: Final = "http://crawlq.invalid/"
 _PRIORITY_MIN: Final = -(2**30)
 _PRIORITY_MAX: Final = 2**30 - 1
-#: Whether this crawlq can order one batch apart from the frontier's default.
-ORDER_OVERRIDE: Final = "lifo" in inspect.signature(Frontier.add_many).parameters
 
 
 def crawlq_priority(priority: int, start: bool) -> int:
@@ -141,7 +139,7 @@ class Frontiers:
         self.handed_out = 0
         # Finished requests of the durable store whose ack is not written yet.
         self._unacked: list[Request] = []
-        self._fifo_starts = config.lifo and config.start_requests_apart and ORDER_OVERRIDE
+        self._fifo_starts = config.lifo and config.start_requests_apart
         self._tokens = 0
         # Tokens of an earlier run name request objects that are gone.
         self._run = int.from_bytes(os.urandom(6), "big")

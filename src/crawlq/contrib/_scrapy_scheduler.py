@@ -31,7 +31,7 @@ from .._frontier import Frontier
 from .._open import open_frontier
 from ._scrapy_codec import RequestCodec, Unserializable
 from ._scrapy_engine import EngineHook
-from ._scrapy_frontiers import ORDER_OVERRIDE, Frontiers
+from ._scrapy_frontiers import Frontiers
 from ._scrapy_settings import SchedulerConfig
 
 if TYPE_CHECKING:
@@ -203,11 +203,6 @@ class Scheduler(BaseScheduler):
                 extra={"spider": spider},
             )
             self.stats.set_value("crawlq/resumed", resumed)
-        if config.lifo and config.start_requests_apart and not ORDER_OVERRIDE:
-            logger.debug(
-                "this crawlq cannot order start requests apart from CRAWLQ_LIFO: "
-                "start requests of one download slot come out newest first"
-            )
 
     def _open(self, url: str, host_delay: float) -> Frontier:
         config = self.config

@@ -17,8 +17,11 @@ Lifecycle
 Order
     Among ready requests the highest priority comes first. Within a priority,
     the host with the fewest leased requests wins; then first accepted, first
-    out (last accepted, first out with ``lifo``). A released or expired request
-    keeps its original place. A host is not ready while ``host_delay`` has not
+    out (last accepted, first out with ``lifo``). A batch added with the
+    other order (``add(..., lifo=)``) keeps that order among its kind, and
+    at equal priority every request added FIFO comes before every request
+    added LIFO (`order_key`). A released or expired request keeps its
+    original place. A host is not ready while ``host_delay`` has not
     elapsed since its last pop, or while it has ``host_concurrency`` leases.
 
 Deduplication
@@ -49,7 +52,25 @@ from typing import Any, NamedTuple, Protocol
 
 from .._request import Request
 
-__all__ = ["Entry", "HostCount", "Store", "StoreCounts"]
+__all__ = ["ORDER_SPAN", "Entry", "HostCount", "Store", "StoreCounts", "order_key"]
+
+#: Keys of requests added in the other order than the store's are moved by
+#: this much, past every key of the store's own order (an acceptance number
+#: never reaches it).
+ORDER_SPAN = 10**15
+
+
+def order_key(number: int, lifo: bool, store_lifo: bool) -> int:
+    """Return the tie-break key (lower first) of the ``number``-th accepted request.
+
+    FIFO-added requests count up, LIFO-added ones count down, and every
+    FIFO-added key is below every LIFO-added one, whichever order the store
+    has: a store's own keys are ``number`` (FIFO) or ``-number`` (LIFO), as
+    they always were, and the other kind is shifted by `ORDER_SPAN`.
+    """
+    if lifo:
+        return -number if store_lifo else ORDER_SPAN - number
+    return number - ORDER_SPAN if store_lifo else number
 
 
 #: A validated request ready to store: ``(fingerprint, host, request,
@@ -84,11 +105,14 @@ class Store(Protocol):
     #: one's back, so a waiting scheduler must look again now and then.
     shared: bool
 
-    def add(self, entries: Sequence[Entry], finished: Sequence[object] = ()) -> list[bool]:
+    def add(
+        self, entries: Sequence[Entry], finished: Sequence[object] = (), *, lifo: bool | None = None
+    ) -> list[bool]:
         """Dedup and enqueue a batch atomically; False marks a duplicate.
 
         ``finished`` holds lease handles to ack in the same durable step,
-        after the batch: a request and the children it produced.
+        after the batch: a request and the children it produced. ``lifo``
+        overrides the policy's order for this batch (None: the policy's).
         """
         ...
 

@@ -21,7 +21,7 @@ from .._fingerprint import Fingerprinter
 from .._policy import DELAYED, Board, Policy, Slot
 from .._request import Request
 from .._seen import FingerprintSet
-from .base import Entry, HostCount, StoreCounts
+from .base import Entry, HostCount, StoreCounts, order_key
 
 __all__ = ["OPTIONS", "MemoryStore", "open_store"]
 
@@ -80,11 +80,15 @@ class MemoryStore:
 
     # -- adding ---------------------------------------------------------------
 
-    def add(self, entries: Sequence[Entry], finished: Sequence[object] = ()) -> list[bool]:
+    def add(
+        self, entries: Sequence[Entry], finished: Sequence[object] = (), *, lifo: bool | None = None
+    ) -> list[bool]:
         added: list[bool] = []
         seen_add = self._seen.add
         hosts = self._hosts
-        lifo = self._lifo
+        store_lifo = self._lifo
+        if lifo is None:
+            lifo = store_lifo
         for fingerprint, host_name, request, _ in entries:
             if not request.dont_filter and not seen_add(fingerprint):
                 added.append(False)
@@ -97,7 +101,7 @@ class MemoryStore:
             host = hosts.get(host_name)
             if host is None:
                 host = hosts[host_name] = _Host(host_name)
-            item = (-request.priority, -self._accepted if lifo else self._accepted, request, host)
+            item = (-request.priority, order_key(self._accepted, lifo, store_lifo), request, host)
             request._lease = _QUEUED
             queue = host.queue
             heappush(queue, item)

@@ -280,7 +280,7 @@ class RedisStore:
         entry = (fingerprint, host, probe, encode_request(probe))
         doing = "running the self-check"
         try:
-            extra = [*self._add_args([entry], 0, 0), b"0"]
+            extra = [*self._add_args([entry], 0, 0, self._lifo), b"0"]
             added = self._call(b"add", 0, False, extra, doing, prefix)
             popped = self._call(b"pop", 1, True, [], doing, prefix)
             items = popped[2:]
@@ -370,7 +370,7 @@ class RedisStore:
     # -- the store protocol ----------------------------------------------------
 
     def _add_args(
-        self, entries: Sequence[Entry], bloom_bits: int, bloom_hashes: int
+        self, entries: Sequence[Entry], bloom_bits: int, bloom_hashes: int, lifo: bool
     ) -> list[bytes]:
         parts: list[bytes] = []
         append = parts.append
@@ -383,17 +383,23 @@ class RedisStore:
             append(host_bytes)
             append(pack_length(len(payload)))
             append(payload)
+        # Ids of LIFO-added requests count down from the top, FIFO-added ones
+        # up from 0 (add.lua): the order of stores/base.order_key.
         return [
-            b"1" if self._lifo else b"0",
+            b"1" if lifo else b"0",
             b"%d" % bloom_bits,
             b"%d" % bloom_hashes,
             b"%d" % len(entries),
             b"".join(parts),
         ]
 
-    def add(self, entries: Sequence[Entry], finished: Sequence[object] = ()) -> list[bool]:
+    def add(
+        self, entries: Sequence[Entry], finished: Sequence[object] = (), *, lifo: bool | None = None
+    ) -> list[bool]:
         buffer = self._buffer
-        extra = self._add_args(entries, self._bloom_bits, self._bloom_hashes)
+        if lifo is None:
+            lifo = self._lifo
+        extra = self._add_args(entries, self._bloom_bits, self._bloom_hashes, lifo)
         pairs, hosts = _lease_pairs(finished)
         # Lua unpacks the pairs onto its stack: more go in later calls, after
         # the batch, which keeps children durable before their parents' acks.

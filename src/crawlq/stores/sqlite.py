@@ -52,7 +52,7 @@ from .._fingerprint import Fingerprinter
 from .._policy import DELAYED, Board, Policy, Slot
 from .._request import Request, decode_request
 from ._sqlite_job import JobLock, check_header, check_settings, connect, job_path, translate
-from .base import Entry, HostCount, StoreCounts
+from .base import Entry, HostCount, StoreCounts, order_key
 
 __all__ = ["OPTIONS", "SqliteStore", "open_store"]
 
@@ -378,7 +378,9 @@ class SqliteStore:
 
     # -- adding ---------------------------------------------------------------
 
-    def add(self, entries: Sequence[Entry], finished: Sequence[object] = ()) -> list[bool]:
+    def add(
+        self, entries: Sequence[Entry], finished: Sequence[object] = (), *, lifo: bool | None = None
+    ) -> list[bool]:
         self._check_open()
         acks = self._current(finished) if finished else []
         db = self._db
@@ -388,7 +390,9 @@ class SqliteStore:
         batch_fingerprints: set[bytes] = set()
         items: list[tuple[int, str, int, int, bytes | None, bytes]] = []
         next_id = self._next_id
-        lifo = self._lifo
+        store_lifo = self._lifo
+        if lifo is None:
+            lifo = store_lifo
         with self._guard():
             for fingerprint, host_name, request, payload in entries:
                 stored: bytes | None = None
@@ -410,7 +414,7 @@ class SqliteStore:
                 assert payload is not None
                 row_id = next_id
                 next_id += 1
-                seq = -row_id if lifo else row_id
+                seq = order_key(row_id, lifo, store_lifo)
                 items.append((row_id, host_name, -request.priority, seq, stored, payload))
                 added.append(True)
             if not items and not acks:
