@@ -125,7 +125,7 @@ class Frontier:
         requests: Iterable[Request],
         *,
         fingerprints: Sequence[bytes] | None = None,
-        ack: Request | None = None,
+        ack: Request | Iterable[Request] | None = None,
         lifo: bool | None = None,
     ) -> list[bool]:
         """Queue a batch (the links of one page, say); False marks each duplicate.
@@ -136,8 +136,9 @@ class Frontier:
         least 16 bytes each; the first 16 count), replaces the frontier's own
         fingerprinter, for crawlers that fingerprint requests their own way
         (Scrapy's ``crawler.request_fingerprinter``). ``ack`` is a popped request
-        to mark done in the same durable step, after the batch: the page
-        whose links these are. A durable store then commits once, not twice.
+        (or several) to mark done in the same durable step, after the batch:
+        the page whose links these are. A durable store then commits once,
+        not twice.
         ``lifo`` orders this batch against the frontier's ``lifo`` setting
         (None: the setting): within a priority, requests added FIFO come out
         oldest first, requests added LIFO newest first, and every request
@@ -155,16 +156,43 @@ class Frontier:
                     f"{len(fingerprints)} fingerprints given for {len(batch)} requests"
                 )
             entries = [self._entry(r, f) for r, f in zip(batch, fingerprints, strict=True)]
+        finished: Sequence[object] = ()
+        if ack is not None:
+            finished = self._leases((ack,) if isinstance(ack, Request) else ack)
         if lifo is not None and lifo is not self.policy.lifo:
             if type(lifo) is not bool:
                 raise InvalidRequest(f"lifo must be True, False or None, not {lifo!r}")
-            finished = self._leases((ack,)) if ack is not None else ()
             return self._store.add(entries, finished, lifo=lifo) if entries or finished else []
-        if ack is not None:
-            return self._store.add(entries, self._leases((ack,)))
-        if not entries:
+        if not entries and not finished:
             return []
-        return self._store.add(entries)
+        return self._store.add(entries, finished)
+
+    def seen(self, request: Request) -> bool:
+        """Return True if ``request`` is a duplicate: `add` would refuse it now.
+
+        Read-only: nothing is recorded. ``dont_filter`` is not considered (a
+        ``dont_filter`` request is added whether seen or not). With a Bloom
+        filter a True may be a false positive, exactly when `add` would
+        refuse the request too. Raises `InvalidRequest` for a URL crawlq
+        cannot fingerprint.
+        """
+        return self.seen_many((self._fingerprinter.fingerprint(request),))[0]
+
+    def seen_many(self, fingerprints: Sequence[bytes]) -> list[bool]:
+        """Return, for each fingerprint, whether `add` would refuse its request now.
+
+        Fingerprints are those `add_many` takes (at least 16 bytes; the
+        first 16 count), or ``frontier.fingerprinter.fingerprint(request)``.
+        One store operation for the whole sequence.
+        """
+        if self._closed:
+            raise FrontierClosed(f"frontier {self.url} is closed")
+        for fingerprint in fingerprints:
+            if type(fingerprint) is not bytes or len(fingerprint) < 16:
+                raise InvalidRequest(
+                    f"a fingerprint must be at least 16 bytes, not {fingerprint!r}"
+                )
+        return self._store.seen(fingerprints) if fingerprints else []
 
     def pop(self) -> Request | None:
         """Lease and return the next ready request; None if none is ready now.

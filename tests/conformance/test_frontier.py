@@ -86,6 +86,28 @@ def test_seen_survives_ack(open_store: OpenFrontier) -> None:
     assert frontier.add(Request("https://a.example/x")) is False
 
 
+def test_seen_answers_what_add_would_do_and_records_nothing(open_store: OpenFrontier) -> None:
+    frontier = open_store()
+    frontier.add(Request("https://a.example/x"))
+    frontier.add(Request("https://a.example/kept", dont_filter=True))
+    assert frontier.seen(Request("https://A.example:443/x#top")) is True
+    assert frontier.seen(Request("https://a.example/y")) is False
+    assert frontier.seen(Request("https://a.example/kept")) is False  # dont_filter: not recorded
+    assert frontier.seen(Request("https://a.example/y")) is False  # asking recorded nothing
+    own = b"my-own-fingerprint-1"
+    assert frontier.add_many([Request("https://a.example/z")], fingerprints=[own]) == [True]
+    fingerprint = frontier.fingerprinter.fingerprint
+    asked = [own, fingerprint(Request("https://a.example/x")), b"other-fingerprint-2", own]
+    assert frontier.seen_many(asked) == [True, True, False, True]
+    assert frontier.seen_many([]) == []
+    drain(frontier)  # done requests stay seen
+    assert frontier.seen(Request("https://a.example/x")) is True
+    with pytest.raises(crawlq.InvalidRequest, match="16 bytes"):
+        frontier.seen_many([b"short"])
+    assert frontier.add(Request("https://a.example/y")) is True
+    assert frontier.seen(Request("https://a.example/y")) is True
+
+
 def test_add_many_reports_each_duplicate(open_store: OpenFrontier) -> None:
     frontier = open_store()
     frontier.add(Request("https://a.example/0"))
@@ -458,6 +480,19 @@ def test_given_fingerprints_replace_the_fingerprinter(open_store: OpenFrontier) 
         frontier.add_many(batch[:1], fingerprints=[b"short"])
     hosts = {h.host for h in frontier.stats(hosts=True).hosts or ()}
     assert hosts == {"a.example"}
+
+
+def test_add_many_acks_several_parents(open_store: OpenFrontier) -> None:
+    frontier = open_store()
+    frontier.add_many([Request("https://a.example/"), Request("https://b.example/")])
+    parents = [frontier.pop(), frontier.pop()]
+    assert None not in parents
+    children = [Request("https://c.example/1"), Request("https://c.example/2")]
+    assert frontier.add_many(children, ack=parents) == [True, True]  # type: ignore[arg-type]
+    stats = frontier.stats()
+    assert (stats.queued, stats.leased) == (2, 0)
+    assert frontier.add_many([], ack=[]) == []
+    assert urls(drain(frontier)) == ["https://c.example/1", "https://c.example/2"]
 
 
 def test_add_many_acks_the_parent_in_the_same_step(open_store: OpenFrontier) -> None:

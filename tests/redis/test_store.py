@@ -233,6 +233,16 @@ def test_bloom_dedup(url: str) -> None:
     assert 0.2 < extra["bloom_fill_ratio"] < 0.5
     assert 0 < extra["bloom_false_positive_rate"] < 0.01
     assert frontier.stats().seen == sum(added)
+    # seen_many checks the same bits as add, without setting any.
+    fingerprint = frontier.fingerprinter.fingerprint
+    old = [fingerprint(Request(f"https://h{i % 7}.example/{i}")) for i in range(1000)]
+    new = [fingerprint(Request(f"https://new.example/{i}")) for i in range(1000)]
+    assert all(frontier.seen_many(old))
+    assert sum(frontier.seen_many(new)) <= 30  # false positives only
+    before = frontier.seen_many(new)
+    added_new = frontier.add_many([Request(f"https://new.example/{i}") for i in range(1000)])
+    assert not any(a and b for a, b in zip(added_new, before, strict=True))  # positives refused
+    assert all(frontier.seen_many(new))
     frontier.close()
     # Later opens adopt the crawl's filter; a different one is refused.
     with crawlq.open_frontier(url) as again:

@@ -469,15 +469,112 @@ def a_request_never_finished_comes_back_after_a_restart(tmp: Path) -> None:
     # The engine asks for the next request at once; the ack is written by
     # then (with the next add, or before the next pop).
     assert scheduler.next_request() is not None
-    # No close: as after kill -9, only what was written counts.
-    scheduler.frontier._store._lock.release()  # type: ignore[attr-defined]
-    scheduler.frontier._store._db.close()  # type: ignore[attr-defined]
+    _kill(scheduler)  # no close: as after kill -9, only what was written counts
 
     scheduler, crawler = open_scheduler({"JOBDIR": str(jobdir)})
     urls = {r.url for r in drain(scheduler, crawler)}
     assert urls == {"http://a0.example/", "http://a1.example/", "http://a2.example/"} - {
         done.url
     }, urls
+    scheduler.close("finished")
+
+
+def _kill(scheduler: Scheduler) -> None:
+    """Leave the job as kill -9 would: nothing more is written, the lock goes."""
+    scheduler.frontier._store._lock.release()  # type: ignore[attr-defined]
+    scheduler.frontier._store._db.close()  # type: ignore[attr-defined]
+
+
+def _record_writes(scheduler: Scheduler) -> list[tuple[int, int]]:
+    """Record (requests, acks) of every write the store gets from now on."""
+    store = scheduler.frontier._store  # type: ignore[attr-defined]
+    writes: list[tuple[int, int]] = []
+    add, ack = store.add, store.ack
+
+    def recording_add(entries: Any, finished: Any = (), **options: Any) -> Any:
+        writes.append((len(entries), len(finished)))
+        return add(entries, finished, **options)
+
+    def recording_ack(leases: Any) -> None:
+        writes.append((0, len(leases)))
+        ack(leases)
+
+    store.add, store.ack = recording_add, recording_ack
+    return writes
+
+
+@scenario
+def a_pages_links_and_its_ack_are_written_in_one_commit(tmp: Path) -> None:
+    scheduler, crawler = open_scheduler({"JOBDIR": str(tmp / "job")})
+    writes = _record_writes(scheduler)
+    assert scheduler.enqueue_request(scrapy.Request("http://a.example/"))
+    assert writes == [(1, 0)]  # nothing in flight: written at once
+    page = scheduler.next_request()
+    assert page is not None
+    links = ["http://b.example/1", "http://b.example/2", "http://b.example/1", "http://a.example/"]
+    added = [scheduler.enqueue_request(scrapy.Request(url)) for url in links]
+    assert added == [True, True, False, False]  # held ones and stored ones are duplicates
+    assert scheduler.enqueue_request(scrapy.Request("http://b.example/1", dont_filter=True))
+    assert len(scheduler) == 3 and scheduler.has_pending_requests()
+    assert writes == [(1, 0)]
+    finish(crawler, page)
+    assert writes == [(1, 0)]
+    nxt = scheduler.next_request()
+    assert writes == [(1, 0), (3, 1)]  # the links, then the page's ack: one commit
+    assert nxt is not None and nxt.url == "http://b.example/1"
+    assert stat(crawler, "dupefilter/filtered") == 2
+    assert stat(crawler, "scheduler/enqueued") == 4
+    finish(crawler, nxt)
+    rest = [r.url for r in drain(scheduler, crawler)]
+    assert sorted(rest) == ["http://b.example/1", "http://b.example/2"], rest
+    scheduler.close("finished")
+    assert writes[-1] == (0, 1)  # the last ack, at close
+
+
+@scenario
+def links_held_for_a_write_are_not_lost_by_a_kill(tmp: Path) -> None:
+    jobdir = str(tmp / "job")
+    scheduler, crawler = open_scheduler({"JOBDIR": jobdir})
+    scheduler.enqueue_request(scrapy.Request("http://a.example/"))
+    page = scheduler.next_request()
+    assert page is not None
+    scheduler.enqueue_request(scrapy.Request("http://b.example/1"))
+    finish(crawler, page)
+    _kill(scheduler)  # the link and the ack were never written
+    scheduler, crawler = open_scheduler({"JOBDIR": jobdir})
+    again = scheduler.next_request()
+    assert again is not None and again.url == "http://a.example/"  # so the link comes again
+    assert scheduler.enqueue_request(scrapy.Request("http://b.example/1"))
+    finish(crawler, again)
+    assert [r.url for r in drain(scheduler, crawler)] == ["http://b.example/1"]
+    scheduler.close("finished")
+
+
+@scenario
+def links_held_when_the_store_fails_go_on_from_memory(tmp: Path) -> None:
+    jobdir = str(tmp / "job")
+    scheduler, crawler = open_scheduler({"JOBDIR": jobdir})
+    closed: list[str] = []
+    crawler.engine.close_spider_async = lambda reason: closed.append(reason)  # type: ignore[method-assign,assignment,misc]
+    scheduler.enqueue_request(scrapy.Request("http://a.example/"))
+    page = scheduler.next_request()
+    assert page is not None
+    db = scheduler.frontier._store._db  # type: ignore[attr-defined]
+    db.execute(f"PRAGMA max_page_count = {db.execute('PRAGMA page_count').fetchone()[0]}")
+    links = [f"http://b{n % 7}.example/{n}" for n in range(300)]
+    for url in links:  # held: about 600 kB the full disk cannot take
+        assert scheduler.enqueue_request(scrapy.Request(url, meta={"pad": "x" * 2000}))
+    finish(crawler, page)
+    assert scheduler.next_request() is None  # the write failed: StoreFull
+    assert closed == ["crawlq_store_error"]
+    assert len(scheduler) == 300
+    got = drain(scheduler, crawler)
+    assert sorted(r.url for r in got) == sorted(links)
+    assert all(r.meta["pad"] == "x" * 2000 for r in got)
+    scheduler.close("crawlq_store_error")
+    # Nothing of it was written, the page was not acked: it comes back.
+    scheduler, crawler = open_scheduler({"JOBDIR": jobdir})
+    assert [r.url for r in drain(scheduler, crawler)] == ["http://a.example/"]
     scheduler.close("finished")
 
 

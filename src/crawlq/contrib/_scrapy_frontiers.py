@@ -34,16 +34,26 @@ Acknowledgements
     engine removes it from its slot (see ``_scrapy_engine``): after the
     download, after the downloader middlewares' outcome (a redirect or retry
     request already scheduled), and after the callback or errback, with every
-    request it yielded already enqueued. Each enqueue is durable when
-    `Scheduler.enqueue_request` returns. The ack of a finished request is
-    written with the next enqueue, in the same commit and after it
-    (``add_many(..., ack=)``), or before the next request is handed out,
-    whichever comes first; until then it counts as in flight. Writes are one
-    ordered stream, so a parent's ack is never durable before its children,
-    and a kill at any instant loses nothing: an un-acked request comes back on
-    resume and yields its children again (the ones already stored are
-    filtered as duplicates). At most ``CRAWLQ_MAX_IN_FLIGHT`` requests are
-    handed out and not acknowledged, which bounds the re-fetches after a kill.
+    request it yielded already enqueued.
+
+Writes
+    With a durable store of this process alone (a SQLite job), an enqueued
+    request is checked against the store's seen set at once (so
+    `Scheduler.enqueue_request` still answers "duplicate" exactly) and held
+    in memory; the requests held and the acks of finished requests are then
+    written in one transaction, requests first, before the next request is
+    handed out (and at close). A page's links and its ack thus share one
+    commit, and often several pages share it. Requests enqueued while
+    nothing is in flight (no request could yield them again) are written at
+    once. The order that makes a kill lose nothing: a request's ack is never
+    durable before the requests it yielded. After a kill, un-acked requests
+    come back on resume and yield their children again (the ones already
+    stored are filtered as duplicates); start requests are yielded again by
+    the spider. A shared store (Redis) gets each request at once, carrying
+    the ack of one finished request in the same call (``add_many(...,
+    ack=)``); the rest are acked before the next request is handed out. At
+    most ``CRAWLQ_MAX_IN_FLIGHT`` requests are handed out and not
+    acknowledged, which bounds the re-fetches after a kill.
 """
 
 from __future__ import annotations
@@ -67,6 +77,10 @@ if TYPE_CHECKING:
 
 __all__ = ["Frontiers", "crawlq_priority"]
 
+#: A request held for the next flush: (crawlq request, fingerprint, added
+#: FIFO apart from CRAWLQ_LIFO, the Scrapy request).
+_Pending = tuple[Request, bytes, bool, Any]
+
 _SLOT: Final = "download_slot"
 _PAYLOAD: Final = "scrapy"
 _TOKEN: Final = "scrapy_token"
@@ -76,6 +90,8 @@ _RUN: Final = "scrapy_run"
 _PLACEHOLDER_URL: Final = "http://crawlq.invalid/"
 _PRIORITY_MIN: Final = -(2**30)
 _PRIORITY_MAX: Final = 2**30 - 1
+#: Most requests held for one flush.
+_HOLD_MAX: Final = 1024
 
 
 def crawlq_priority(priority: int, start: bool) -> int:
@@ -114,6 +130,9 @@ class Frontiers:
     handed out (``reason`` is an exception for one that cannot be rebuilt,
     None for a request kept in memory by an earlier run). Every method may
     raise the store's `StoreError`; after one, the caller sets `failed`.
+    ``on_failed(error)`` reports a store failure met while writing held
+    requests on the side (in `add`, which still succeeds: the requests
+    moved to the in-memory frontier); the caller sets `failed` then too.
     """
 
     def __init__(
@@ -123,6 +142,7 @@ class Frontiers:
         codec: RequestCodec,
         count: Callable[[str], None],
         on_dropped: Callable[[str, Exception | None], None],
+        on_failed: Callable[[StoreError], None],
     ) -> None:
         self.main = _Source(store)
         self.local: _Source | None = None
@@ -130,6 +150,7 @@ class Frontiers:
         self._codec = codec
         self._count = count
         self._on_dropped = on_dropped
+        self._on_failed = on_failed
         #: Set once the store failed: no more acks (what is in flight comes
         #: back on resume), new requests go to the in-memory frontier.
         self.failed = False
@@ -139,22 +160,30 @@ class Frontiers:
         self.handed_out = 0
         # Finished requests of the durable store whose ack is not written yet.
         self._unacked: list[Request] = []
+        # A durable store of this process alone (SQLite) knows every
+        # duplicate without a write: new requests wait here, checked, and are
+        # written by `flush` in one commit with the pending acks, after them
+        # in the same transaction (children before parents).
+        self._batching = config.durable and not config.shared
+        self._pending: list[_Pending] = []
+        self._pending_keys: set[bytes] = set()
         self._fifo_starts = config.lifo and config.start_requests_apart
         self._tokens = 0
         # Tokens of an earlier run name request objects that are gone.
         self._run = int.from_bytes(os.urandom(6), "big")
         self._hold_limit = config.lease_timeout / 2
-        # A read-only "seen before?" on a local store, if this crawlq has one
-        # (a shared store would pay a round trip per request for it).
+        # A read-only "seen before?" on a local store (a shared store would
+        # pay a round trip per request for it).
         self.seen_many: Callable[[tuple[bytes]], list[bool]] | None = (
-            None if config.shared else getattr(store, "seen_many", None)
+            store.seen_many if self._batching else None
         )
 
     def __len__(self) -> int:
         """Requests queued and not handed to the engine."""
+        queued = self.main.pending() + len(self._pending)
         if self.local is None:
-            return self.main.pending()
-        return self.main.pending() + self.local.pending()
+            return queued
+        return queued + self.local.pending()
 
     # -- adding ---------------------------------------------------------------------
 
@@ -194,7 +223,11 @@ class Frontiers:
             # Not an http(s) URL crawlq takes; the payload keeps the real one.
             return Request(_PLACEHOLDER_URL, priority=priority, meta=meta, dont_filter=dont_filter)
 
-    def _add(self, source: _Source, creq: Request, fingerprint: bytes, start: bool) -> bool:
+    def _add(
+        self, source: _Source, creq: Request, fingerprint: bytes, start: bool, request: Any
+    ) -> bool:
+        if self._batching and source is self.main and not self.failed:
+            return self._hold(creq, fingerprint, start, request)
         options: dict[str, Any] = {}
         if start and self._fifo_starts:
             options["lifo"] = False
@@ -214,6 +247,29 @@ class Frontiers:
             self._count("crawlq/acked")
         return added[0]
 
+    def _hold(self, creq: Request, fingerprint: bytes, start: bool, request: Any) -> bool:
+        """Keep a new request for the next `flush`; False if it is a duplicate.
+
+        The caller checked the store for the fingerprint; this checks the
+        requests held, and the URL as the store would (raising
+        `InvalidRequest`), so that the flush cannot refuse it.
+        """
+        if creq.url != _PLACEHOLDER_URL:
+            self.main.frontier.fingerprinter.canonical_and_host(creq.url)
+        if not creq.dont_filter:
+            if fingerprint in self._pending_keys:
+                return False
+            self._pending_keys.add(fingerprint)
+        self._pending.append((creq, fingerprint, start and self._fifo_starts, request))
+        # Written at once when no request is in flight (nothing would yield
+        # it again after a kill), or when many wait.
+        if not self.handed_out or len(self._pending) >= _HOLD_MAX:
+            try:
+                self.flush()
+            except StoreError as exc:
+                self._on_failed(exc)  # the request is in memory now: still added
+        return True
+
     def _add_payload(
         self,
         source: _Source,
@@ -229,14 +285,14 @@ class Frontiers:
         creq = self._crawlq_request(url, priority, meta, dont_filter)
         meta[_PAYLOAD] = self._codec.encode(request, with_url=creq.url != url)
         try:
-            return self._add(source, creq, fingerprint, start)
+            return self._add(source, creq, fingerprint, start, request)
         except InvalidRequest as exc:
             if creq.url == _PLACEHOLDER_URL or isinstance(exc, Unserializable):
                 raise
             # A URL crawlq cannot parse (say, a bad port): file it by placeholder.
             meta = {_SLOT: slot, _PAYLOAD: self._codec.encode(request, with_url=True)}
             creq = Request(_PLACEHOLDER_URL, priority=priority, meta=meta, dont_filter=dont_filter)
-            return self._add(source, creq, fingerprint, start)
+            return self._add(source, creq, fingerprint, start, request)
 
     def _add_object(
         self,
@@ -253,12 +309,12 @@ class Frontiers:
         meta: dict[str, Any] = {_SLOT: slot, _TOKEN: token, _RUN: self._run}
         creq = self._crawlq_request(request.url, priority, meta, dont_filter)
         try:
-            added = self._add(source, creq, fingerprint, start)
+            added = self._add(source, creq, fingerprint, start, request)
         except InvalidRequest:
             if creq.url == _PLACEHOLDER_URL:
                 raise
             creq = Request(_PLACEHOLDER_URL, priority=priority, meta=meta, dont_filter=dont_filter)
-            added = self._add(source, creq, fingerprint, start)
+            added = self._add(source, creq, fingerprint, start, request)
         if added:
             source.objects[token] = request
         return added
@@ -377,9 +433,10 @@ class Frontiers:
         if token is not None:
             source.objects.pop(token, None)
         if self.failed and source is self.main:
-            source.in_flight -= 1
+            # No ack after a store failure: it stays leased (in flight) in
+            # the store and comes back on resume.
             self.handed_out -= 1
-            return  # no ack after a store failure: it comes back on resume
+            return
         if source is self.main and self.config.durable:
             # Ride on the next add's commit (add_many(..., ack=)), or go at
             # the next next_request: one commit saved per page, usually.
@@ -392,20 +449,73 @@ class Frontiers:
         source.frontier.ack(creq)
         self._count("crawlq/acked")
 
-    def flush_acks(self) -> None:
-        """Ack, in one durable step, the finished requests no add has carried yet."""
-        unacked = self._unacked
-        main = self.main
-        if not unacked:
+    def flush(self) -> None:
+        """Write the requests held and the acks pending, in one durable step.
+
+        Requests go first, acks after, in the same transaction. Raises the
+        store's `StoreError`; then the requests held go to the in-memory
+        frontier (so the crawl loses none of them while it closes) and the
+        acks are dropped (those requests come back on resume).
+        """
+        pending, unacked = self._pending, self._unacked
+        if not pending and not unacked:
             return
-        self._unacked = []
-        main.in_flight -= len(unacked)
+        self._pending, self._pending_keys, self._unacked = [], set(), []
+        main = self.main
         self.handed_out -= len(unacked)
         if self.failed:
+            # Never acked now: they stay leased in the store until resume.
+            self._rescue(pending)
             return
-        main.frontier.ack_many(unacked)
+        # Runs of one order (start requests may be added FIFO in a LIFO crawl).
+        runs: list[list[_Pending]] = []
+        for held in pending:
+            if runs and runs[-1][0][2] == held[2]:
+                runs[-1].append(held)
+            else:
+                runs.append([held])
+        add_many = main.frontier.add_many
+        try:
+            for run in runs:
+                last = run is runs[-1]
+                added = add_many(
+                    [held[0] for held in run],
+                    fingerprints=[held[1] for held in run],
+                    ack=unacked if last else None,
+                    lifo=False if run[0][2] else None,
+                )
+                pending = pending[len(run) :]
+                if not all(added):  # cannot happen: the store is this process's alone
+                    self._count("crawlq/lost_duplicates")
+            if not runs:
+                main.frontier.ack_many(unacked)
+        except BaseException:
+            self._rescue(pending)
+            raise
+        main.in_flight -= len(unacked)
         for _ in unacked:
             self._count("crawlq/acked")
+
+    def _rescue(self, pending: list[_Pending]) -> None:
+        """Move requests held for a store that failed to the in-memory frontier."""
+        objects = self.main.objects
+        local = self.local_source()
+        for creq, fingerprint, _, request in pending:
+            token = creq.meta.get(_TOKEN)
+            if token is not None:
+                objects.pop(token, None)
+            start = creq.priority % 2 == 0  # see crawlq_priority
+            slot = creq.meta[_SLOT]
+            self._add_object(
+                local, request, creq.priority, slot, creq.dont_filter, fingerprint, start
+            )
+
+    def settle(self) -> None:
+        """`flush`, marking the store `failed` instead of raising if it fails."""
+        try:
+            self.flush()
+        except StoreError:
+            self.failed = True
 
     def close(self) -> int:
         """Put back what was handed out and not finished, close both frontiers.
@@ -413,10 +523,7 @@ class Frontiers:
         Returns how many requests the engine did not finish. Never raises for
         the store: a durable store gives unfinished requests back on resume.
         """
-        try:
-            self.flush_acks()
-        except StoreError:
-            self.failed = True
+        self.settle()
         released = 0
         for source in (self.main, self.local):
             if source is None:

@@ -110,14 +110,15 @@ class _Counts:
 class Scheduler(BaseScheduler):
     """crawlq as Scrapy's scheduler: ``SCHEDULER = "crawlq.contrib.scrapy.Scheduler"``.
 
-    Durable with ``JOBDIR`` (or ``CRAWLQ_URL``): every enqueued request is on
-    disk when `enqueue_request` returns, and a request handed to the engine
-    is acknowledged only once the engine is done with it and with every
-    request it produced, so Ctrl-C or ``kill -9`` followed by the same command
-    resumes with nothing lost. Deduplicates with ``crawler.request_fingerprinter``
-    (``dont_filter`` skips it), orders by Scrapy priority with Scrapy's
-    start-request rule, and paces each download slot with ``DOWNLOAD_DELAY``
-    and ``CONCURRENT_REQUESTS_PER_DOMAIN``. The settings are listed in
+    Durable with ``JOBDIR`` (or ``CRAWLQ_URL``): a request handed to the
+    engine is acknowledged only once the engine is done with it and every
+    request it produced is stored, in the same commit or an earlier one, so
+    Ctrl-C or ``kill -9`` followed by the same command resumes with nothing
+    lost (see ``_scrapy_frontiers`` for when writes happen). Deduplicates
+    with ``crawler.request_fingerprinter`` (``dont_filter`` skips it),
+    orders by Scrapy priority with Scrapy's start-request rule, and paces
+    each download slot with ``DOWNLOAD_DELAY`` and
+    ``CONCURRENT_REQUESTS_PER_DOMAIN``. The settings are listed in
     ``crawlq.contrib.scrapy``.
 
     ``DOWNLOAD_DELAY`` is the least gap crawlq leaves between two requests of
@@ -193,7 +194,7 @@ class Scheduler(BaseScheduler):
             store.close()
             raise
         self._frontiers = Frontiers(
-            store, config, RequestCodec(spider), self._count, self._dropped
+            store, config, RequestCodec(spider), self._count, self._dropped, self._store_failed
         )
         resumed = len(store)
         if resumed:
@@ -258,6 +259,7 @@ class Scheduler(BaseScheduler):
         frontiers = self._frontiers
         if frontiers is None:
             return
+        frontiers.settle()  # requests held for a write are stored (or in memory) now
         main = frontiers.main
         left = main.pending() if not main.frontier.closed else 0
         memory_only = frontiers.local.pending() if frontiers.local is not None else 0
@@ -339,7 +341,7 @@ class Scheduler(BaseScheduler):
         frontiers = self._frontiers
         assert frontiers is not None, "the scheduler is not open"
         try:
-            frontiers.flush_acks()
+            frontiers.flush()
             limit = self.config.max_in_flight
             if limit and frontiers.handed_out >= limit:
                 return None

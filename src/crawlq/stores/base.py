@@ -128,6 +128,13 @@ class Store(Protocol):
         """Put the leased requests behind these handles back in their places."""
         ...
 
+    def seen(self, fingerprints: Sequence[bytes]) -> list[bool]:
+        """Return, for each fingerprint, whether `add` would refuse it as a duplicate.
+
+        Read-only. With a Bloom filter a True may be a false positive, as in `add`.
+        """
+        ...
+
     def counts(self) -> StoreCounts:
         """Return queued, leased and seen counts."""
         ...

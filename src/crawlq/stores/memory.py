@@ -212,6 +212,10 @@ class MemoryStore:
 
     # -- reading --------------------------------------------------------------
 
+    def seen(self, fingerprints: Sequence[bytes]) -> list[bool]:
+        seen = self._seen
+        return [fingerprint in seen for fingerprint in fingerprints]
+
     def counts(self) -> StoreCounts:
         return StoreCounts(self._queued, len(self._leases), len(self._seen))
 

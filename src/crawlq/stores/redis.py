@@ -480,10 +480,21 @@ class RedisStore:
         wait = self._read(b"wait")
         return None if wait < 0 else wait / 1000
 
-    def _read(self, what: bytes) -> Any:
+    def seen(self, fingerprints: Sequence[bytes]) -> list[bool]:
+        found: list[bool] = []
+        # A few thousand at a time: Lua unpacks them onto its stack.
+        for i in range(0, len(fingerprints), _FINISH_CHUNK):
+            chunk = [bytes(f[:16]) for f in fingerprints[i : i + _FINISH_CHUNK]]
+            reply = self._read(
+                b"seen", b"%d" % self._bloom_bits, b"%d" % self._bloom_hashes, *chunk
+            )
+            found.extend(flag == 1 for flag in reply)
+        return found
+
+    def _read(self, what: bytes, *args: bytes) -> Any:
         mode = b"bloom" if self._bloom_bits else b"exact"
-        command = pack([b"FCALL", self._functions[b"read"], b"1", self._prefix, what, mode])
-        return self._link.call(command, "reading counts")
+        command = pack([b"FCALL", self._functions[b"read"], b"1", self._prefix, what, mode, *args])
+        return self._link.call(command, "reading counts" if what == b"counts" else "reading")
 
     def extra_stats(self) -> dict[str, float]:
         """Store-specific figures for ``stats()``: prefetch, and the Bloom filter's state.

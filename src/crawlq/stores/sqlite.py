@@ -386,6 +386,7 @@ class SqliteStore:
         db = self._db
         bloom = self._bloom_now()
         unflushed_seen = self._unflushed_seen
+        seen_before = self._seen_before
         added: list[bool] = []
         batch_fingerprints: set[bytes] = set()
         items: list[tuple[int, str, int, int, bytes | None, bytes]] = []
@@ -398,16 +399,7 @@ class SqliteStore:
                 stored: bytes | None = None
                 if not request.dont_filter:
                     stored = fingerprint[:16]
-                    if (
-                        stored in batch_fingerprints
-                        or stored in unflushed_seen
-                        or (
-                            (bloom is None or stored in bloom)
-                            and db.execute(
-                                "SELECT 1 FROM seen WHERE fingerprint = ?", (stored,)
-                            ).fetchone()
-                        )
-                    ):
+                    if stored in batch_fingerprints or seen_before(stored, bloom):
                         added.append(False)
                         continue
                     batch_fingerprints.add(stored)
@@ -461,6 +453,14 @@ class SqliteStore:
             self._acked(acks, now)
         self._after_write(now)
         return added
+
+    def _seen_before(self, stored: bytes, bloom: BloomFilter | None) -> bool:
+        """Whether a 16-byte fingerprint is recorded (committed, flushed or not)."""
+        return stored in self._unflushed_seen or (
+            (bloom is None or stored in bloom)
+            and self._db.execute("SELECT 1 FROM seen WHERE fingerprint = ?", (stored,)).fetchone()
+            is not None
+        )
 
     def _revive(self, name: str) -> _Host:
         """Make the in-memory host for a name that has no requests now."""
@@ -686,6 +686,13 @@ class SqliteStore:
             )
 
     # -- reading --------------------------------------------------------------
+
+    def seen(self, fingerprints: Sequence[bytes]) -> list[bool]:
+        self._check_open()
+        bloom = self._bloom_now()
+        seen_before = self._seen_before
+        with self._guard():
+            return [seen_before(fingerprint[:16], bloom) for fingerprint in fingerprints]
 
     def counts(self) -> StoreCounts:
         self._check_open()

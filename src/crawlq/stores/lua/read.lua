@@ -3,8 +3,43 @@
 --   seen is counted in meta rather than by the exact set.
 -- args[1] = 'wait': milliseconds until a pop may lease something: 0 now, -1
 --   when nothing is queued or leased (only an add can make a request ready).
+-- args[1] = 'seen', args[2] = 'bloom' or 'exact', args[3] Bloom bits, args[4]
+--   Bloom hashes, then 16-byte fingerprints: returns 1 (seen) or 0 for each,
+--   checked as add.lua checks them.
+local function seen(P, args)
+  local out = {}
+  if args[2] ~= 'bloom' then
+    local found = redis.call('SMISMEMBER', P .. 'seen', unpack(args, 5))
+    for i, one in ipairs(found) do
+      out[i] = one
+    end
+    return out
+  end
+  local bits, hashes = tonumber(args[3]), tonumber(args[4])
+  for i = 5, #args do
+    local h1, h2 = struct.unpack('>I4I4', args[i])
+    local ops = {}
+    for j = 0, hashes - 1 do
+      ops[#ops + 1] = 'GET'
+      ops[#ops + 1] = 'u1'
+      ops[#ops + 1] = (h1 + j * h2) % bits
+    end
+    local all = 1
+    for _, bit in ipairs(redis.call('BITFIELD_RO', P .. 'bloom', unpack(ops))) do
+      if bit == 0 then
+        all = 0
+      end
+    end
+    out[#out + 1] = all
+  end
+  return out
+end
+
 local function read(keys, args)
   local P = keys[1]
+  if args[1] == 'seen' then
+    return seen(P, args)
+  end
   local queued = tonumber(redis.call('HGET', P .. 'meta', 'queued') or '0')
   local leased = redis.call('ZCARD', P .. 'leases')
   if args[1] == 'counts' then
