@@ -273,12 +273,38 @@ def test_no_pickle_in_redis(url: str, redis_url: str) -> None:
     client = redis.Redis.from_url(redis_url)
     crawl = url.rsplit("=", 1)[1]
     members = client.zrange(f"crawlq:{{{crawl}}}:q:a.example", 0, -1)
+    payloads = client.hgetall(f"crawlq:{{{crawl}}}:p")
     client.close()
     assert isinstance(members, list) and len(members) == 1
-    member = members[0]
-    assert isinstance(member, bytes)
-    assert not member[15:].startswith(b"\x80")  # no pickle protocol header: msgpack
-    assert crawlq._request.decode_request(member[15:]).meta == {"k": [1, 2]}
+    assert isinstance(payloads, dict) and list(payloads) == members  # by id
+    payload = payloads[members[0]]
+    assert not payload.startswith(b"\x80")  # no pickle protocol header: msgpack
+    assert crawlq._request.decode_request(payload).meta == {"k": [1, 2]}
+
+
+def test_finished_requests_leave_nothing_behind_but_their_fingerprints(
+    url: str, redis_url: str
+) -> None:
+    import redis
+
+    with crawlq.open_frontier(url) as frontier:
+        frontier.add_many([Request(f"https://h{i % 3}.example/{i}") for i in range(50)])
+        popped = [frontier.pop() for _ in range(50)]
+        assert None not in popped
+        frontier.release_many(popped[40:])  # type: ignore[arg-type]
+        frontier.ack_many(popped[:40])  # type: ignore[arg-type]
+        while (request := frontier.pop()) is not None:
+            frontier.ack(request)
+    client = redis.Redis.from_url(redis_url)
+    crawl = url.rsplit("=", 1)[1]
+    keys = {key.decode() for key in client.scan_iter(f"crawlq:{{{crawl}}}:*")}
+    payloads = client.hlen(f"crawlq:{{{crawl}}}:p")
+    client.close()
+    assert payloads == 0
+    names = {key.rsplit(":", 1)[1] for key in keys}
+    # No queue, payload, lease deadline or ready host is left; "lease" may
+    # keep this worker's last outcome (for a retried call), "hosts" pacing.
+    assert {"meta", "seen"} <= names <= {"meta", "seen", "hosts", "lease"}, names
 
 
 def test_a_lost_pop_reply_returns_the_same_leases(

@@ -17,7 +17,7 @@ import hashlib
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from importlib import resources
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final
@@ -208,12 +208,12 @@ def library() -> Library:
 
 def pack(args: Sequence[bytes]) -> bytes:
     """Pack one command in the Redis protocol (all arguments already bytes)."""
-    out = [b"*%d\r\n" % len(args)]
-    for arg in args:
-        out.append(b"$%d\r\n" % len(arg))
-        out.append(arg)
-        out.append(b"\r\n")
-    return b"".join(out)
+    return b"*%d\r\n" % len(args) + pack_args(args)
+
+
+def pack_args(args: Iterable[bytes]) -> bytes:
+    """Pack arguments without the count header, to join with packed others."""
+    return b"".join([b"$%d\r\n%b\r\n" % (len(arg), arg) for arg in args])
 
 
 class Link:

@@ -69,6 +69,7 @@ from ._redis_conn import (
     Link,
     acquire_client,
     pack,
+    pack_args,
     redis_module,
     release_client,
     server_version,
@@ -88,7 +89,7 @@ __all__ = [
 OPTIONS: Final = ("prefetch", "bloom_capacity", "bloom_error_rate", "retry_timeout")
 
 #: Layout version of a crawl's keys, stored in its meta hash.
-FORMAT: Final = 1
+FORMAT: Final = 2
 _FINISH_CHUNK: Final = 1000
 _FAST_DRAIN: Final = 0.2  # seconds: a batch drained sooner lets the next one grow
 _ENTRY: Final = struct.Struct(">16sBiI")
@@ -162,11 +163,13 @@ class RedisStore:
         }
         self._lease_timeout = policy.lease_timeout
         # Milliseconds of server time; rounded up so nothing comes early.
-        self._policy_args = [
-            b"%d" % math.ceil(policy.lease_timeout * 1000),
-            b"%d" % math.ceil(policy.host_delay * 1000),
-            b"%d" % (policy.host_concurrency or 0),
-        ]
+        self._policy_packed = pack_args(
+            [
+                b"%d" % math.ceil(policy.lease_timeout * 1000),
+                b"%d" % math.ceil(policy.host_delay * 1000),
+                b"%d" % (policy.host_concurrency or 0),
+            ]
+        )
         self._lifo = policy.lifo
         self._prefetch = settings.prefetch
         self._want = 1
@@ -189,6 +192,8 @@ class RedisStore:
         host = "".join(c for c in socket.gethostname() if c.isalnum() or c in ".-")[:40]
         self._owner = f"{host or 'host'}/{os.getpid()}/{secrets.token_hex(3)}".encode()
         self._pid = os.getpid()
+        # Packed heads of each function's calls (they hold the owner).
+        self._heads: dict[bytes, bytes] = {}
 
     # -- opening --------------------------------------------------------------
 
@@ -288,7 +293,7 @@ class RedisStore:
             if back is not None:
                 self._call(b"finish", 0, False, [b"a", b"1", items[0], items[1]], doing, prefix)
         finally:
-            keys = [b"meta", b"seen", b"hosts", b"ready", b"delayed", b"leases", b"lease"]
+            keys = [b"meta", b"seen", b"hosts", b"ready", b"delayed", b"leases", b"lease", b"p"]
             keys.append(b"q:" + host.encode())
             self._link.command(b"DEL", *(prefix + key for key in keys), doing=doing)
         if added[0] != b"1" or back is None or fingerprinter.fingerprint(back) != fingerprint:
@@ -317,14 +322,15 @@ class RedisStore:
         # prefetched requests alone.
         buffer = self._buffer if prefix is None else deque()
         self._calls += 1
+        if prefix is None:
+            head = self._heads.get(function)
+            if head is None:
+                head = self._heads[function] = pack_args(
+                    [b"FCALL", self._functions[function], b"1", self._prefix, self._owner]
+                )
+        else:
+            head = pack_args([b"FCALL", self._functions[function], b"1", prefix, self._owner])
         args = [
-            b"FCALL",
-            self._functions[function],
-            b"1",
-            prefix or self._prefix,
-            self._owner,
-            b"%d" % self._calls,  # becomes b"r%d" on a retry
-            *self._policy_args,
             b"%d" % refill,
             b"%d" % -buffer[-1][0].priority if buffer else b"",
             b"1" if force or self._suspect else b"0",
@@ -335,14 +341,17 @@ class RedisStore:
             args.append(lease[0])  # type: ignore[index]
             args.append(lease[1])  # type: ignore[index]
         args.extend(extra)
+        # FCALL, function, 1, prefix, owner, call number, 3 policy arguments.
+        start = b"*%d\r\n%b" % (9 + len(args), head)
+        rest = self._policy_packed + pack_args(args)
 
         def retried() -> bytes:
             # The function then checks whether its first run completed.
-            args[5] = b"r%d" % self._calls
-            return pack(args)
+            return start + pack_args([b"r%d" % self._calls]) + rest
 
         try:
-            reply: list[Any] = self._link.call(pack(args), doing, retried=retried)
+            packed = start + pack_args([b"%d" % self._calls]) + rest
+            reply: list[Any] = self._link.call(packed, doing, retried=retried)
         except StoreError:
             if buffer and prefix is None:
                 self._suspect = True

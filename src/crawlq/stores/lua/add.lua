@@ -21,7 +21,7 @@ local function add(keys, args)
   -- only need to grow).
   local seq = tonumber(redis.call('HINCRBY', K_META, 'seq', COUNT)) - COUNT
   local new_seen = 0
-  local flags, touched = {}, {}
+  local flags, touched, payloads = {}, {}, {}
   local best = nil
   local pos = 1
   for i = 1, COUNT do
@@ -64,7 +64,9 @@ local function add(keys, args)
       end
       local score = 0 - priority
       local state = host(name)
-      if enqueue(name, state, score, id, payload) then
+      payloads[#payloads + 1] = id
+      payloads[#payloads + 1] = payload
+      if enqueue(name, state, score, id) then
         touched[name] = state -- a new head: the host's filing changes
       end
       if best == nil or score < best then
@@ -74,6 +76,9 @@ local function add(keys, args)
     else
       flags[i] = '0'
     end
+  end
+  if #payloads > 0 then
+    chunked('HSET', K_P, payloads, 2)
   end
   for name, state in pairs(touched) do
     place(name, state)

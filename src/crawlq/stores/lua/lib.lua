@@ -10,10 +10,13 @@
 --   seen     set     16-byte fingerprints (exact dedup)
 --   bloom    string  Bloom filter bits (Bloom dedup)
 --   q:HOST   zset    queued requests of one host: score = -priority, member =
---                    15-digit id .. encoded request. Equal scores sort by member
---                    bytes, so the fixed-width id orders FIFO (or LIFO: the id
---                    counts down). Scores are integers below 2^32 in magnitude,
---                    exact in a double.
+--                    15-digit id. Equal scores sort by member bytes, so the
+--                    fixed-width id orders FIFO (or LIFO: the id counts down).
+--                    Scores are integers below 2^32 in magnitude, exact in a
+--                    double. Small members keep a host's queue compact (a
+--                    listpack up to 128 requests) and its pops cheap.
+--   p        hash    id -> encoded request, while queued or leased: written
+--                    once at add, read once at pop, deleted at ack
 --   hosts    hash    HOST -> struct '>BI4dd' (flag, leased, ready_at ms, head
 --                    score) .. head id (absent when nothing is queued). Flag
 --                    R: filed in `ready`; D: filed in `delayed`; I: at its
@@ -27,8 +30,8 @@
 --                    stores/base.py, in O(log hosts).
 --   delayed  zset    HOST scored by the time (ms of Redis TIME) its delay ends
 --   leases   zset    request id scored by its lease deadline (ms)
---   lease    hash    id -> "<token> <score> <ready_at set by the pop> <len> "
---                    .. HOST .. encoded request; token = owner:call.n. Also
+--   lease    hash    id -> "<token> <score> <ready_at set by the pop> " .. HOST;
+--                    token = owner:call.n. Also
 --                    "@" .. owner -> outcome of the owner's last call, so a
 --                    call retried after a lost reply gets the first outcome
 --                    instead of running twice (written with the leases, in
@@ -51,17 +54,51 @@ local FLAG_R, FLAG_D, FLAG_I = 82, 68, 73
 -- The context of the current call, set by begin(). Functions run one at a
 -- time, so these library-level variables are never shared between calls.
 local ARGS, P, K_META, K_SEEN, K_BLOOM, K_HOSTS, K_READY, K_DELAYED
-local K_LEASES, K_LEASE, K_Q
+local K_LEASES, K_LEASE, K_Q, K_P
 local OWNER, RETRY, CALL, LEASE_MS, DELAY_MS, CONCURRENCY, REFILL, WORST, FORCE, NBUF, ARG0
 local NOW -- server time in ms, read once per call and only when needed
+
+-- Per crawl (by key prefix), a lower bound of the earliest lease deadline and
+-- of the earliest end of a host delay, in ms of server time: a pop skips the
+-- range reads of reap() and wake() while nothing can be due. They live in
+-- this server's Lua state, shared by every worker's calls; nil means
+-- unknown (a new server, a reloaded library), so look. Only these functions
+-- add leases or delayed hosts, and a removal keeps a lower bound low enough.
+local BOUND = { expiry = {}, wake = {} }
+local BOUND_KEYS = 0 -- entries made; past 10,000 (the scratch crawls of
+-- self-checks add up), all are forgotten
+
+local function set_bound(kind, value)
+  local bounds = BOUND[kind]
+  if bounds[P] == nil and value ~= nil then
+    BOUND_KEYS = BOUND_KEYS + 1
+    if BOUND_KEYS > 10000 then
+      BOUND, BOUND_KEYS = { expiry = {}, wake = {} }, 1
+      bounds = BOUND[kind]
+    end
+  end
+  bounds[P] = value
+end
+
+-- Lower a known bound to `at` (an unknown one stays unknown).
+local function lower_bound(kind, at)
+  local bounds = BOUND[kind]
+  local bound = bounds[P]
+  if bound ~= nil and at < bound then
+    bounds[P] = at
+  end
+end
 local hosts, queued_delta
+-- Ids whose lease ended in this call (their leases and lease records go in
+-- one ZREM and one HDEL), and acked ids (their payloads go, likewise).
+local ended, acked_ids
 
 local function begin(keys, args)
   ARGS, P = args, keys[1]
   K_META, K_SEEN, K_BLOOM = P .. 'meta', P .. 'seen', P .. 'bloom'
   K_HOSTS, K_READY, K_DELAYED = P .. 'hosts', P .. 'ready', P .. 'delayed'
   K_LEASES, K_LEASE = P .. 'leases', P .. 'lease'
-  K_Q = P .. 'q:'
+  K_Q, K_P = P .. 'q:', P .. 'p'
   OWNER = args[1]
   RETRY = string.sub(args[2], 1, 1) == 'r'
   CALL = string.match(args[2], '%d+')
@@ -75,6 +112,22 @@ local function begin(keys, args)
   ARG0 = 9 + 2 * NBUF
   NOW = nil
   hosts, queued_delta = {}, 0
+  ended, acked_ids = {}, {}
+end
+
+-- Lease counts as the 8-digit prefix of a ready member; a table lookup is
+-- about three times cheaper than string.format in this interpreter.
+local PADDED = {}
+
+local function padded(count)
+  local text = PADDED[count]
+  if text == nil then
+    text = string.format('%08d', count)
+    if count < 4096 then
+      PADDED[count] = text
+    end
+  end
+  return text
 end
 
 local function now()
@@ -99,9 +152,8 @@ local function lease_token(record)
 end
 
 local function parse_lease(record)
-  local token, score, set, length, pos = string.match(record, '^(%S+) (%S+) (%d+) (%d+) ()')
-  local last = pos + tonumber(length) - 1
-  return token, score, tonumber(set), string.sub(record, pos, last), string.sub(record, last + 1)
+  local token, score, set, name = string.match(record, '^(%S+) (%S+) (%d+) (.*)$')
+  return token, score, tonumber(set), name
 end
 
 -- The state of a host, read once per script and written back by save().
@@ -119,7 +171,7 @@ local function host(name)
       state.head_score, state.head_id = head_score, string.sub(value, 22)
     end
     if flag == FLAG_R then
-      state.filed = string.format('%08d', leased) .. state.head_id .. name
+      state.filed = padded(leased) .. state.head_id .. name
     elseif flag == FLAG_D then
       state.delayed_at = ready
     end
@@ -148,7 +200,7 @@ local function place(name, state, later)
   end
   local member = nil
   if flag == FLAG_R then
-    member = string.format('%08d', state.leased) .. state.head_id .. name
+    member = padded(state.leased) .. state.head_id .. name
   end
   if state.filed ~= member then
     if state.filed then
@@ -169,6 +221,7 @@ local function place(name, state, later)
   if state.delayed_at ~= delayed_at then
     if delayed_at then
       redis.call('ZADD', K_DELAYED, delayed_at, name)
+      lower_bound('wake', delayed_at)
     else
       redis.call('ZREM', K_DELAYED, name)
     end
@@ -202,10 +255,11 @@ local function save()
   end
 end
 
--- Queue request `id` of host `name` at its place. Returns true when it became
--- the host's head: the caller must then place the host.
-local function enqueue(name, state, score, id, payload)
-  redis.call('ZADD', K_Q .. name, score, id .. payload)
+-- Queue request `id` of host `name` at its place (its payload is in `p`).
+-- Returns true when it became the host's head: the caller must then place the
+-- host.
+local function enqueue(name, state, score, id)
+  redis.call('ZADD', K_Q .. name, score, id)
   queued_delta = queued_delta + 1
   score = tonumber(score)
   local head = state.head_score
@@ -221,19 +275,33 @@ end
 -- never handed out, and also undoes the host delay its pop started (the host
 -- was ready before that pop, so "ready since 0" is the same as before).
 local function end_lease(id, record, how)
-  local _, score, set, name, payload = parse_lease(record)
+  local _, score, set, name = parse_lease(record)
   local state = host(name)
   state.leased = math.max(0, state.leased - 1)
   if how ~= 'ack' then
-    enqueue(name, state, score, id, payload)
+    enqueue(name, state, score, id)
+  else
+    acked_ids[#acked_ids + 1] = id
   end
   if how == 'unpop' and state.ready == set then
     state.ready = 0
   end
   place(name, state)
-  redis.call('ZREM', K_LEASES, id)
-  redis.call('HDEL', K_LEASE, id)
+  ended[#ended + 1] = id
   return name
+end
+
+-- Drop the leases that end_lease ended (before anything leases them again).
+local function drop_ended()
+  if #ended > 0 then
+    chunked('ZREM', K_LEASES, ended, 1)
+    chunked('HDEL', K_LEASE, ended, 1)
+    ended = {}
+  end
+  if #acked_ids > 0 then
+    chunked('HDEL', K_P, acked_ids, 1)
+    acked_ids = {}
+  end
 end
 
 -- End the leases given as `count` (id, token) pairs from ARGS[first] on,
@@ -257,6 +325,7 @@ local function end_leases(first, count, how)
       affected[end_lease(ids[i], record, how)] = true
     end
   end
+  drop_ended()
   local best = nil
   for name in pairs(affected) do
     local head = hosts[name].head_score
@@ -267,21 +336,41 @@ local function end_leases(first, count, how)
   return best
 end
 
+-- The earliest score of a sorted set, or math.huge if it is empty.
+local function earliest(key)
+  local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  return first[2] and tonumber(first[2]) or math.huge
+end
+
 -- Expired leases come back by themselves: every pop first puts them back.
 local function reap()
+  local bound = BOUND.expiry[P]
+  if bound ~= nil and bound > now() then
+    return
+  end
   local expired = redis.call('ZRANGEBYSCORE', K_LEASES, '-inf', now(), 'LIMIT', 0, 256)
-  for _, id in ipairs(expired) do
-    local record = redis.call('HGET', K_LEASE, id)
-    if record then
-      end_lease(id, record, 'expire')
+  if #expired == 0 then
+    set_bound('expiry', earliest(K_LEASES))
+    return
+  end
+  local records = redis.call('HMGET', K_LEASE, unpack(expired))
+  for i, id in ipairs(expired) do
+    if records[i] then
+      end_lease(id, records[i], 'expire')
     else
-      redis.call('ZREM', K_LEASES, id)
+      ended[#ended + 1] = id -- no record behind it
     end
   end
+  drop_ended()
+  set_bound('expiry', nil) -- 256 at most: look again next time
 end
 
 -- Hosts whose delay has passed become ready (or are forgotten).
 local function wake()
+  local bound = BOUND.wake[P]
+  if bound ~= nil and bound > now() then
+    return
+  end
   local due = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', now(), 'LIMIT', 0, 256)
   for _, name in ipairs(due) do
     local state = host(name)
@@ -291,6 +380,7 @@ local function wake()
       place(name, state)
     end
   end
+  set_bound('wake', #due < 256 and earliest(K_DELAYED) or nil)
 end
 
 -- (score, member) order of a sorted set.
@@ -315,7 +405,9 @@ local function take(n, out, taken, records)
   reap()
   wake()
   local deadline = now() + LEASE_MS
-  local deadlines = {}
+  local token_prefix = OWNER .. ':' .. CALL .. '.'
+  local deadlines, fresh = {}, {}
+  local first = #out
   local got = 0
   while got < n do
     local round = redis.call('ZPOPMIN', K_READY, n - got)
@@ -342,8 +434,7 @@ local function take(n, out, taken, records)
         state.filed = nil
         local queue = K_Q .. name
         local item = redis.call('ZPOPMIN', queue)
-        local id, item_score = string.sub(item[1], 1, 15), item[2]
-        local payload = string.sub(item[1], 16)
+        local id, item_score = item[1], item[2]
         queued_delta = queued_delta - 1
         state.leased = state.leased + 1
         if DELAY_MS > 0 then
@@ -351,24 +442,25 @@ local function take(n, out, taken, records)
         end
         local head = redis.call('ZRANGE', queue, 0, 0, 'WITHSCORES')
         if head[1] then
-          state.head_id, state.head_score = string.sub(head[1], 1, 15), tonumber(head[2])
+          state.head_id, state.head_score = head[1], tonumber(head[2])
         else
           state.head_id, state.head_score = nil, nil
         end
         place(name, state, later)
         got = got + 1
         -- Unique without a counter: the owner's call number and the position.
-        local token = OWNER .. ':' .. CALL .. '.' .. got
+        local token = token_prefix .. got
         deadlines[#deadlines + 1] = deadline
         deadlines[#deadlines + 1] = id
         records[#records + 1] = id
-        records[#records + 1] = string.format('%s %s %d %d ', token, item_score, state.ready,
-          #name) .. name .. payload
+        records[#records + 1] = token .. ' ' .. item_score .. ' ' .. string.format('%d', state.ready)
+          .. ' ' .. name
         out[#out + 1] = id
         out[#out + 1] = token
         out[#out + 1] = name
-        out[#out + 1] = payload
+        out[#out + 1] = '' -- the payload, read below with the others
         taken[#taken + 1] = id
+        fresh[#fresh + 1] = id
         if j <= count and state.filed and
             before(state.head_score, state.filed, last_score, last_member) then
           -- This host competes with the rest of the round: give it back.
@@ -386,6 +478,11 @@ local function take(n, out, taken, records)
   end
   if got > 0 then
     redis.call('ZADD', K_LEASES, unpack(deadlines))
+    lower_bound('expiry', deadline)
+    local payloads = redis.call('HMGET', K_P, unpack(fresh))
+    for i = 1, got do
+      out[first + 4 * i] = payloads[i] or ''
+    end
   end
 end
 
@@ -408,6 +505,7 @@ local function finish(flags, best)
           end_lease(ids[i], held[i], 'unpop')
         end
       end
+      drop_ended()
       take(REFILL, out, taken, records)
     end
   else
@@ -446,11 +544,11 @@ local function replayed()
     local token = OWNER .. ':' .. CALL .. '.' .. n -- as take() made it
     local record = redis.call('HGET', K_LEASE, id)
     if record and lease_token(record) == token then
-      local _, _, _, name, payload = parse_lease(record)
+      local _, _, _, name = parse_lease(record)
       out[#out + 1] = id
       out[#out + 1] = token
       out[#out + 1] = name
-      out[#out + 1] = payload
+      out[#out + 1] = redis.call('HGET', K_P, id) or ''
     end
   end
   return out
