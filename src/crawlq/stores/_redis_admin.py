@@ -23,19 +23,25 @@ __all__ = ["Inspection", "host_counts", "inspect", "purge"]
 _SCAN_COUNT: Final = 1000
 _HIST_CHUNK: Final = 200  # hosts per inspect.lua call
 _STATE_HEAD: Final = struct.Struct(">BI")  # flag, leased
+_STATE_SIZE: Final = struct.calcsize(">BIdd")  # then the head id, if any
 
 
-def _scan_hosts(link: Link, prefix: bytes) -> dict[str, int]:
-    """Every host with state, and its lease count."""
-    leased: dict[str, int] = {}
+def _scan_hosts(link: Link, prefix: bytes) -> dict[str, tuple[int, int]]:
+    """Every host with state: its lease count, and 1 if it has a head request."""
+    leased: dict[str, tuple[int, int]] = {}
     cursor = b"0"
     while True:
         cursor, flat = link.command(
             b"HSCAN", prefix + b"hosts", cursor, b"COUNT", _SCAN_COUNT, doing="listing hosts"
         )
         for i in range(0, len(flat), 2):
-            # The state is packed by lib.lua as struct '>BI4dd' .. head id.
-            leased[flat[i].decode()] = _STATE_HEAD.unpack_from(flat[i + 1])[1]
+            # The state is packed by lib.lua as struct '>BI4dd' .. head id;
+            # the head request is not in the host's queue.
+            state = flat[i + 1]
+            leased[flat[i].decode()] = (
+                _STATE_HEAD.unpack_from(state)[1],
+                int(len(state) > _STATE_SIZE),
+            )
         if cursor in (b"0", 0):
             return leased
 
@@ -60,8 +66,9 @@ def host_counts(
     counts = []
     for name, waiting in zip(names, queued, strict=True):
         mine = prefetched.get(name, 0)
-        waiting += mine
-        held = leased[name] - mine
+        held, head = leased[name]
+        waiting += mine + head
+        held -= mine
         if waiting or held:
             counts.append(HostCount(name, waiting, held))
     counts.sort(key=lambda h: (-h.queued, -h.leased, h.host))

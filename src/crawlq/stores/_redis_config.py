@@ -18,7 +18,7 @@ from .._errors import ConfigError
 
 __all__ = ["RedisURL", "Settings", "bloom_shape", "parse_url"]
 
-_DEFAULT_PREFETCH: Final = 32
+_DEFAULT_PREFETCH: Final = 64
 _DEFAULT_BLOOM_ERROR_RATE: Final = 0.001
 _MAX_BLOOM_BITS: Final = 2**32  # a Redis string holds at most 512 MB
 _CRAWL_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
@@ -194,7 +194,7 @@ def _mask_raw(url: str) -> str:
 class Settings:
     """The Redis store's own options, checked.
 
-    ``prefetch`` (default 32) caps how many requests one pop leases ahead.
+    ``prefetch`` (default 64) caps how many requests one pop leases ahead.
     ``bloom_capacity`` and ``bloom_error_rate`` (default 0.001) switch a new
     crawl to Bloom dedup. ``retry_timeout`` (default 10 s) bounds how long
     connection failures are retried before `StoreUnavailable`.

@@ -89,7 +89,7 @@ __all__ = [
 OPTIONS: Final = ("prefetch", "bloom_capacity", "bloom_error_rate", "retry_timeout")
 
 #: Layout version of a crawl's keys, stored in its meta hash.
-FORMAT: Final = 2
+FORMAT: Final = 3
 _FINISH_CHUNK: Final = 1000
 _FAST_DRAIN: Final = 0.2  # seconds: a batch drained sooner lets the next one grow
 _ENTRY: Final = struct.Struct(">16sBiI")

@@ -9,8 +9,10 @@
 --   meta     hash    format, lifo, dedup settings, counters (seq, queued, seen)
 --   seen     set     16-byte fingerprints (exact dedup)
 --   bloom    string  Bloom filter bits (Bloom dedup)
---   q:HOST   zset    queued requests of one host: score = -priority, member =
---                    15-digit id. Equal scores sort by member bytes, so the
+--   q:HOST   zset    queued requests of one host but its head (the first in
+--                    order, kept in its host record, so a pop costs one
+--                    ZPOPMIN): score = -priority, member = 15-digit id.
+--                    Equal scores sort by member bytes, so the
 --                    fixed-width id orders FIFO (or LIFO: the id counts down).
 --                    Scores are integers below 2^32 in magnitude, exact in a
 --                    double. Small members keep a host's queue compact (a
@@ -18,7 +20,8 @@
 --   p        hash    id -> encoded request, while queued or leased: written
 --                    once at add, read once at pop, deleted at ack
 --   hosts    hash    HOST -> struct '>BI4dd' (flag, leased, ready_at ms, head
---                    score) .. head id (absent when nothing is queued). Flag
+--                    score) .. head id (absent when nothing is queued; the
+--                    head is in no queue, the rest of the host's are). Flag
 --                    R: filed in `ready`; D: filed in `delayed`; I: at its
 --                    concurrency limit, filed nowhere until a lease ends. A
 --                    host with nothing queued or leased whose delay has passed
@@ -255,18 +258,23 @@ local function save()
   end
 end
 
--- Queue request `id` of host `name` at its place (its payload is in `p`).
--- Returns true when it became the host's head: the caller must then place the
--- host.
+-- Queue request `id` of host `name` at its place (its payload is in `p`):
+-- as the host's head, or in its queue. Returns true when it became the head
+-- (the former head goes to the queue): the caller must then place the host.
 local function enqueue(name, state, score, id)
-  redis.call('ZADD', K_Q .. name, score, id)
   queued_delta = queued_delta + 1
   score = tonumber(score)
   local head = state.head_score
-  if state.head_id == nil or score < head or (score == head and id < state.head_id) then
+  if state.head_id == nil then
     state.head_score, state.head_id = score, id
     return true
   end
+  if score < head or (score == head and id < state.head_id) then
+    redis.call('ZADD', K_Q .. name, head, state.head_id)
+    state.head_score, state.head_id = score, id
+    return true
+  end
+  redis.call('ZADD', K_Q .. name, score, id)
   return false
 end
 
@@ -383,12 +391,6 @@ local function wake()
   set_bound('wake', #due < 256 and earliest(K_DELAYED) or nil)
 end
 
--- (score, member) order of a sorted set.
-local function before(score, member, other_score, other_member)
-  score, other_score = tonumber(score), tonumber(other_score)
-  return score < other_score or (score == other_score and member < other_member)
-end
-
 -- Lease up to n requests in order into `out` (id, token, host, payload, ...);
 -- their ids are appended to `taken`, for the replay record, and their lease
 -- records to `records`, for the caller to write.
@@ -396,8 +398,8 @@ end
 -- Hosts are taken from `ready` a round at a time (one ZPOPMIN for many), and
 -- re-filed with their next head in one ZADD at the end of the round. That is
 -- the order of one-at-a-time pops as long as no re-filed host sorts before
--- the round's last host; when one does, the rest of the round goes back and a
--- new round starts.
+-- the round's last host; one that does is merged into the rest of the round
+-- at its place instead. What the round does not use goes back.
 local function take(n, out, taken, records)
   if n <= 0 then
     return
@@ -406,8 +408,11 @@ local function take(n, out, taken, records)
   wake()
   local deadline = now() + LEASE_MS
   local token_prefix = OWNER .. ':' .. CALL .. '.'
-  local deadlines, fresh = {}, {}
-  local first = #out
+  local delayed_text = DELAY_MS > 0 and string.format('%d', NOW + DELAY_MS)
+  local deadlines = {}
+  -- Explicit ends: the # operator is a search in this Lua.
+  local o, r, t, first_taken = #out, #records, #taken, #taken + 1
+  local first = o
   local got = 0
   while got < n do
     local round = redis.call('ZPOPMIN', K_READY, n - got)
@@ -415,11 +420,14 @@ local function take(n, out, taken, records)
     if count == 0 then
       break
     end
-    local last_member, last_score = round[2 * count - 1], round[2 * count]
+    local members, scores = {}, {}
+    for i = 1, count do
+      members[i], scores[i] = round[2 * i - 1], tonumber(round[2 * i])
+    end
     local later = {}
     local j = 1
-    while j <= count do
-      local member, score = round[2 * j - 1], round[2 * j]
+    while j <= count and got < n do
+      local member, score = members[j], scores[j]
       j = j + 1
       local name = string.sub(member, 24)
       local state = hosts[name]
@@ -427,50 +435,60 @@ local function take(n, out, taken, records)
         -- A ready host's member holds its state (a ready time in the past
         -- is the same as 0): no need to read it.
         state = { flag = FLAG_R, leased = tonumber(string.sub(member, 1, 8)), ready = 0,
-          head_id = string.sub(member, 9, 23), head_score = tonumber(score), filed = member }
+          head_id = string.sub(member, 9, 23), head_score = score, filed = member }
         hosts[name] = state
       end
       if state.filed == member then -- else a stale entry: dropped
         state.filed = nil
-        local queue = K_Q .. name
-        local item = redis.call('ZPOPMIN', queue)
-        local id, item_score = item[1], item[2]
+        local id, item_score = state.head_id, state.head_score
+        local after = redis.call('ZPOPMIN', K_Q .. name)
+        if after[1] then
+          state.head_id, state.head_score = after[1], tonumber(after[2])
+        else
+          state.head_id, state.head_score = nil, nil
+        end
         queued_delta = queued_delta - 1
         state.leased = state.leased + 1
         if DELAY_MS > 0 then
           state.ready = NOW + DELAY_MS
         end
-        local head = redis.call('ZRANGE', queue, 0, 0, 'WITHSCORES')
-        if head[1] then
-          state.head_id, state.head_score = head[1], tonumber(head[2])
-        else
-          state.head_id, state.head_score = nil, nil
-        end
         place(name, state, later)
         got = got + 1
         -- Unique without a counter: the owner's call number and the position.
         local token = token_prefix .. got
-        deadlines[#deadlines + 1] = deadline
-        deadlines[#deadlines + 1] = id
-        records[#records + 1] = id
-        records[#records + 1] = token .. ' ' .. item_score .. ' ' .. string.format('%d', state.ready)
-          .. ' ' .. name
-        out[#out + 1] = id
-        out[#out + 1] = token
-        out[#out + 1] = name
-        out[#out + 1] = '' -- the payload, read below with the others
-        taken[#taken + 1] = id
-        fresh[#fresh + 1] = id
-        if j <= count and state.filed and
-            before(state.head_score, state.filed, last_score, last_member) then
-          -- This host competes with the rest of the round: give it back.
-          for k = j, count do
-            later[#later + 1] = round[2 * k]
-            later[#later + 1] = round[2 * k - 1]
+        deadlines[2 * got - 1] = deadline
+        deadlines[2 * got] = id
+        local ready = delayed_text or (state.ready == 0 and '0') or string.format('%d', state.ready)
+        records[r + 1] = id
+        records[r + 2] = token .. ' ' .. item_score .. ' ' .. ready .. ' ' .. name
+        r = r + 2
+        out[o + 1] = id
+        out[o + 2] = token
+        out[o + 3] = name
+        out[o + 4] = '' -- the payload, read below with the others
+        o = o + 4
+        t = t + 1
+        taken[t] = id
+        local head, filed = state.head_score, state.filed
+        if filed and j <= count and (head < scores[count] or
+            (head == scores[count] and filed < members[count])) then
+          -- This host competes with the rest of the round: merge it in
+          -- there, rather than in `ready` (place() put it last in `later`).
+          later[#later] = nil
+          later[#later] = nil
+          local k = j
+          while scores[k] < head or (scores[k] == head and members[k] < filed) do
+            k = k + 1
           end
-          break
+          table.insert(members, k, filed)
+          table.insert(scores, k, head)
+          count = count + 1
         end
       end
+    end
+    for k = j, count do -- unused: back to `ready`
+      later[#later + 1] = scores[k]
+      later[#later + 1] = members[k]
     end
     if #later > 0 then
       redis.call('ZADD', K_READY, unpack(later))
@@ -479,7 +497,7 @@ local function take(n, out, taken, records)
   if got > 0 then
     redis.call('ZADD', K_LEASES, unpack(deadlines))
     lower_bound('expiry', deadline)
-    local payloads = redis.call('HMGET', K_P, unpack(fresh))
+    local payloads = redis.call('HMGET', K_P, unpack(taken, first_taken, t))
     for i = 1, got do
       out[first + 4 * i] = payloads[i] or ''
     end
