@@ -1,11 +1,13 @@
 """crawlq's Redis store against scrapy-redis and qcrawl's Redis queue, one local server.
 
-    python benchmarks/redis_bench.py [--repeat 3] [--quick] [--only W1,W2,W6]
+    python benchmarks/redis_bench.py [--repeat 3] [--quick] [--only W1,W2,W6] [--impls crawlq]
 
 Starts one redis-server on a free 127.0.0.1 port (no persistence), runs every
 measurement in a fresh Python process against it (the server is flushed
 before each), prints medians and crawlq's ratios, and stops the server by its
-pid. Needs redis-server, scrapy-redis and qcrawl (benchmark-only peers).
+pid. Repeats are interleaved (every measurement once, then again) and the
+table shows medians with ±half the min-max range. Needs redis-server,
+scrapy-redis and qcrawl (benchmark-only peers).
 
 Workloads (data from workloads.py, so they match the other benchmarks):
 
@@ -421,6 +423,18 @@ def run_one(
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
+def label_of(item: tuple[str, str, str, dict[str, Any]]) -> str:
+    return f"{item[0]} {item[2]}"
+
+
+def _spread(runs: list[Result], metric: str, median: float) -> str:
+    """Half the min-max range of the runs, relative to their median."""
+    values = [r[metric] for r in runs if metric in r]
+    if len(values) < 2:
+        return ""
+    return f" ±{50 * (max(values) - min(values)) / median:.0f}%"
+
+
 def _median(runs: list[Result], metric: str) -> float | None:
     values = [r[metric] for r in runs if metric in r]
     return statistics.median(values) if values else None
@@ -431,6 +445,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--only", default="W1,W2,W6")
+    parser.add_argument(
+        "--impls", default="crawlq,scrapy-redis,qcrawl", help="implementations to run"
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -441,30 +458,41 @@ def main() -> None:
         print(json.dumps(result))
         return
     only = set(args.only.split(","))
+    impls = set(args.impls.split(","))
     server = Server()
     medians: dict[tuple[str, str], dict[str, float | None]] = {}
+    plan = [item for item in PLAN if item[0] in only and item[1] in impls]
+    runs: dict[str, list[Result]] = {label_of(item): [] for item in plan}
     try:
-        for workload, impl, label, params in PLAN:
-            if workload not in only:
-                continue
-            runs = [run_one(server, workload, impl, params, args.quick) for _ in range(args.repeat)]
-            errors = [r["error"] for r in runs if "error" in r]
-            metrics = ("enqueue_rate", "dequeue_rate", "steps_rate")
-            medians[workload, label] = {m: _median(runs, m) for m in metrics}
-            shown = ", ".join(
-                f"{m.replace('_rate', '')} {v:,.0f}/s"
-                for m, v in medians[workload, label].items()
-                if v
-            )
-            okay = all(r.get("ok") for r in runs if "error" not in r)
-            print(
-                f"{workload}  {label:32s} {shown or '-'}"
-                + ("" if okay else "  [CHECK FAILED]")
-                + (f"  [{len(errors)} failed: {errors[0]}]" if errors else ""),
-                flush=True,
-            )
+        # Repeats interleaved: every measurement once, then again, so that
+        # drift in the machine's speed spreads over all of them.
+        for round_ in range(args.repeat):
+            for item in plan:
+                workload, impl, label, params = item
+                result = run_one(server, workload, impl, params, args.quick)
+                runs[label_of(item)].append(result)
+                print(f"[{round_ + 1}/{args.repeat}] {label_of(item)}: {result}", flush=True)
     finally:
         server.stop()
+    print()
+    for item in plan:
+        workload, _, label, _ = item
+        done = runs[label_of(item)]
+        errors = [r["error"] for r in done if "error" in r]
+        metrics = ("enqueue_rate", "dequeue_rate", "steps_rate")
+        medians[workload, label] = {m: _median(done, m) for m in metrics}
+        shown = ", ".join(
+            f"{m.replace('_rate', '')} {v:,.0f}/s{_spread(done, m, v)}"
+            for m, v in medians[workload, label].items()
+            if v
+        )
+        okay = all(r.get("ok") for r in done if "error" not in r)
+        print(
+            f"{workload}  {label:32s} {shown or '-'}"
+            + ("" if okay else "  [CHECK FAILED]")
+            + (f"  [{len(errors)} failed: {errors[0]}]" if errors else ""),
+            flush=True,
+        )
     _ratios(medians)
 
 

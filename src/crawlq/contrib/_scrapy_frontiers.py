@@ -438,10 +438,10 @@ class Frontiers:
             self.handed_out -= 1
             return
         if source is self.main and self.config.durable:
-            # Ride on the next add's commit (add_many(..., ack=)), or go at
-            # the next next_request: one commit saved per page, usually.
-            # Until then it still counts as in flight, so a kill re-fetches
-            # at most CRAWLQ_MAX_IN_FLIGHT requests.
+            # Written with the next requests held (SQLite) or the next add
+            # (Redis), or before the next request is handed out: one write
+            # saved per page, usually. Until then it still counts as in
+            # flight, so a kill re-fetches at most CRAWLQ_MAX_IN_FLIGHT.
             self._unacked.append(creq)
             return
         source.in_flight -= 1
@@ -477,16 +477,15 @@ class Frontiers:
         add_many = main.frontier.add_many
         try:
             for run in runs:
-                last = run is runs[-1]
-                added = add_many(
+                # Every one is new: checked against the store (which only
+                # this process writes) and against the others held.
+                add_many(
                     [held[0] for held in run],
                     fingerprints=[held[1] for held in run],
-                    ack=unacked if last else None,
+                    ack=unacked if run is runs[-1] else None,
                     lifo=False if run[0][2] else None,
                 )
                 pending = pending[len(run) :]
-                if not all(added):  # cannot happen: the store is this process's alone
-                    self._count("crawlq/lost_duplicates")
             if not runs:
                 main.frontier.ack_many(unacked)
         except BaseException:
