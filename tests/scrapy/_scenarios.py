@@ -532,6 +532,23 @@ def a_pages_links_and_its_ack_are_written_in_one_commit(tmp: Path) -> None:
 
 
 @scenario
+def start_requests_are_written_together(tmp: Path) -> None:
+    scheduler, crawler = open_scheduler({"JOBDIR": str(tmp / "job")})
+    writes = _record_writes(scheduler)
+    for n in range(3):
+        start = scrapy.Request(f"http://s{n}.example/", meta={"is_start_request": True})
+        assert scheduler.enqueue_request(start)
+    # The spider yields start requests again on resume: they may wait.
+    assert writes == [] and len(scheduler) == 3
+    first = scheduler.next_request()
+    assert writes == [(3, 0)]
+    assert first is not None and first.url == "http://s0.example/"
+    assert scheduler.enqueue_request(scrapy.Request("http://other.example/"))
+    assert writes == [(3, 0)]  # held: s0 is in flight, and would yield it again
+    scheduler.close("finished")
+
+
+@scenario
 def links_held_for_a_write_are_not_lost_by_a_kill(tmp: Path) -> None:
     jobdir = str(tmp / "job")
     scheduler, crawler = open_scheduler({"JOBDIR": jobdir})

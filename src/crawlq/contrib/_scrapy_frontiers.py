@@ -45,7 +45,8 @@ Writes
     handed out (and at close). A page's links and its ack thus share one
     commit, and often several pages share it. Requests enqueued while
     nothing is in flight (no request could yield them again) are written at
-    once. The order that makes a kill lose nothing: a request's ack is never
+    once, except start requests, which the spider yields again on resume.
+    The order that makes a kill lose nothing: a request's ack is never
     durable before the requests it yielded. After a kill, un-acked requests
     come back on resume and yield their children again (the ones already
     stored are filtered as duplicates); start requests are yielded again by
@@ -261,9 +262,9 @@ class Frontiers:
                 return False
             self._pending_keys.add(fingerprint)
         self._pending.append((creq, fingerprint, start and self._fifo_starts, request))
-        # Written at once when no request is in flight (nothing would yield
-        # it again after a kill), or when many wait.
-        if not self.handed_out or len(self._pending) >= _HOLD_MAX:
+        # Written at once when no request is in flight and it is not a start
+        # request (nothing would yield it again after a kill), or when many wait.
+        if (not self.handed_out and not start) or len(self._pending) >= _HOLD_MAX:
             try:
                 self.flush()
             except StoreError as exc:

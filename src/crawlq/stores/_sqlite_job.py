@@ -143,10 +143,11 @@ def translate(path: Path) -> Iterator[None]:
     try:
         yield
     except sqlite3.Error as exc:
-        _raise_translated(path, exc)
+        raise_translated(path, exc)
 
 
-def _raise_translated(path: Path, exc: sqlite3.Error) -> NoReturn:
+def raise_translated(path: Path, exc: sqlite3.Error) -> NoReturn:
+    """Raise crawlq's error for a sqlite3 error met on job ``path``."""
     message = str(exc)
     code = getattr(exc, "sqlite_errorcode", None)
     if code == sqlite3.SQLITE_FULL or "disk is full" in message:

@@ -34,12 +34,11 @@ power loss; ``synchronous="full"`` also fsyncs every commit.
 
 from __future__ import annotations
 
-import contextlib
 import sqlite3
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from heapq import heappop, heappush
 from pathlib import Path
 from typing import Any, Final, cast
@@ -51,7 +50,15 @@ from .._errors import ConfigError, CorruptStore, FrontierClosed, LeaseError, Sto
 from .._fingerprint import Fingerprinter
 from .._policy import DELAYED, Board, Policy, Slot
 from .._request import Request, decode_request
-from ._sqlite_job import JobLock, check_header, check_settings, connect, job_path, translate
+from ._sqlite_job import (
+    JobLock,
+    check_header,
+    check_settings,
+    connect,
+    job_path,
+    raise_translated,
+    translate,
+)
 from .base import Entry, HostCount, StoreCounts, order_key
 
 __all__ = ["OPTIONS", "SqliteStore", "open_store"]
@@ -116,6 +123,37 @@ class _Host(Slot):
         self.exact = host_id is None
 
 
+class _Guard:
+    """`SqliteStore._guard`: a plain context manager, as it runs several times per request.
+
+    Refuses to start once the job met damage; turns sqlite3 errors into
+    crawlq's; marks the job damaged on `CorruptStore`.
+    """
+
+    __slots__ = ("_store",)
+
+    def __init__(self, store: SqliteStore) -> None:
+        self._store = store
+
+    def __enter__(self) -> None:
+        if self._store._damaged:
+            raise CorruptStore(f"job {self._store.path} is damaged; it was not written since")
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: Any
+    ) -> None:
+        if error is None:
+            return
+        try:
+            if isinstance(error, sqlite3.Error):
+                raise_translated(self._store.path, error)
+        except CorruptStore:
+            self._store._damaged = True
+            raise
+        if isinstance(error, CorruptStore):
+            self._store._damaged = True
+
+
 class SqliteStore:
     """Requests, fingerprints, pacing and state of one job, in one SQLite file."""
 
@@ -133,6 +171,7 @@ class SqliteStore:
         self._lease_timeout = policy.lease_timeout
         self._closed = True
         self._damaged = False
+        self._guard_context = _Guard(self)
         check_header(path)  # before the lock: a foreign file gets no lock file
         self._lock = JobLock(path)
         self._lock.acquire()
@@ -231,17 +270,9 @@ class SqliteStore:
     def _forget(self, slot: Slot) -> None:
         del self._hosts[slot.name]
 
-    @contextlib.contextmanager
-    def _guard(self) -> Iterator[None]:
+    def _guard(self) -> _Guard:
         """Translate sqlite3 errors; after meeting damage, write nothing more."""
-        if self._damaged:
-            raise CorruptStore(f"job {self.path} is damaged; it was not written since")
-        try:
-            with translate(self.path):
-                yield
-        except CorruptStore:
-            self._damaged = True
-            raise
+        return self._guard_context
 
     # -- the log and the flush --------------------------------------------------
 
