@@ -533,7 +533,7 @@ def a_pages_links_and_its_ack_are_written_in_one_commit(tmp: Path) -> None:
 
 @scenario
 def start_requests_are_written_together(tmp: Path) -> None:
-    scheduler, crawler = open_scheduler({"JOBDIR": str(tmp / "job")})
+    scheduler, _ = open_scheduler({"JOBDIR": str(tmp / "job")})
     writes = _record_writes(scheduler)
     for n in range(3):
         start = scrapy.Request(f"http://s{n}.example/", meta={"is_start_request": True})
