@@ -133,6 +133,20 @@ local function padded(count)
   return text
 end
 
+-- Small counts as text, by table lookup rather than number formatting.
+local COUNT_TEXT = {}
+
+local function count_text(n)
+  local text = COUNT_TEXT[n]
+  if text == nil then
+    text = tostring(n)
+    if n < 4096 then
+      COUNT_TEXT[n] = text
+    end
+  end
+  return text
+end
+
 local function now()
   if NOW == nil then
     local clock = redis.call('TIME')
@@ -420,14 +434,15 @@ local function take(n, out, taken, records)
     if count == 0 then
       break
     end
-    local members, scores = {}, {}
+    -- Each host's member, head score, and that score as the server wrote it.
+    local members, scores, texts = {}, {}, {}
     for i = 1, count do
-      members[i], scores[i] = round[2 * i - 1], tonumber(round[2 * i])
+      members[i], scores[i], texts[i] = round[2 * i - 1], tonumber(round[2 * i]), round[2 * i]
     end
     local later = {}
     local j = 1
     while j <= count and got < n do
-      local member, score = members[j], scores[j]
+      local member, score, score_text = members[j], scores[j], texts[j]
       j = j + 1
       local name = string.sub(member, 24)
       local state = hosts[name]
@@ -440,7 +455,7 @@ local function take(n, out, taken, records)
       end
       if state.filed == member then -- else a stale entry: dropped
         state.filed = nil
-        local id, item_score = state.head_id, state.head_score
+        local id = state.head_id
         local after = redis.call('ZPOPMIN', K_Q .. name)
         if after[1] then
           state.head_id, state.head_score = after[1], tonumber(after[2])
@@ -455,12 +470,12 @@ local function take(n, out, taken, records)
         place(name, state, later)
         got = got + 1
         -- Unique without a counter: the owner's call number and the position.
-        local token = token_prefix .. got
+        local token = token_prefix .. count_text(got)
         deadlines[2 * got - 1] = deadline
         deadlines[2 * got] = id
         local ready = delayed_text or (state.ready == 0 and '0') or string.format('%d', state.ready)
         records[r + 1] = id
-        records[r + 2] = token .. ' ' .. item_score .. ' ' .. ready .. ' ' .. name
+        records[r + 2] = token .. ' ' .. score_text .. ' ' .. ready .. ' ' .. name
         r = r + 2
         out[o + 1] = id
         out[o + 2] = token
@@ -482,6 +497,7 @@ local function take(n, out, taken, records)
           end
           table.insert(members, k, filed)
           table.insert(scores, k, head)
+          table.insert(texts, k, tostring(head))
           count = count + 1
         end
       end
