@@ -399,3 +399,42 @@ def test_children_then_their_parents_acks(url: str, monkeypatch: pytest.MonkeyPa
     stats = frontier.stats()
     assert (stats.queued, stats.leased) == (3, 0)
     frontier.close()
+
+
+def test_keys_restored_behind_the_functions_back_are_reaped_within_a_second(
+    url: str, redis_url: str
+) -> None:
+    """A restored backup holding an expired lease: its request comes back.
+
+    Pops skip the expiry scan while a bound in the server's Lua state says
+    nothing can be due; a bound is never set more than a second ahead, so keys
+    the functions did not write are looked at within that second.
+    """
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    crawl = url.rsplit("=", 1)[1]
+    pattern = f"crawlq:{{{crawl}}}:*"
+    with crawlq.open_frontier(url, lease_timeout=0.2, prefetch=1) as short:
+        short.add(Request("https://a.example/backup"))
+        assert short.pop() is not None  # leased, never acked: expires in 0.2 s
+        backup = {key: client.dump(key) for key in client.scan_iter(pattern)}
+    redis_store.purge(url)
+    time.sleep(0.3)
+    with crawlq.open_frontier(url, lease_timeout=60, prefetch=1) as frontier:
+        frontier.add(Request("https://b.example/other"))
+        other = frontier.pop()  # scans (nothing leased): the next scan is due in a second
+        assert other is not None
+        frontier.ack(other)
+        for key in client.scan_iter(pattern):
+            client.delete(key)
+        for key, value in backup.items():
+            client.restore(key, 0, value)  # the restored lease has expired
+        came_back = None
+        deadline = time.monotonic() + 3
+        while came_back is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+            came_back = frontier.pop()
+        assert came_back is not None and came_back.url == "https://a.example/backup"
+        frontier.ack(came_back)
+    client.close()

@@ -66,8 +66,11 @@ local NOW -- server time in ms, read once per call and only when needed
 -- range reads of reap() and wake() while nothing can be due. They live in
 -- this server's Lua state, shared by every worker's calls; nil means
 -- unknown (a new server, a reloaded library), so look. Only these functions
--- add leases or delayed hosts, and a removal keeps a lower bound low enough.
+-- add leases or delayed hosts, and a removal keeps a lower bound low enough;
+-- keys written behind their back (a restored dump, another crawlq version's
+-- library) are seen within BOUND_MS, the furthest a bound is ever set ahead.
 local BOUND = { expiry = {}, wake = {} }
+local BOUND_MS = 1000
 local BOUND_KEYS = 0 -- entries made; past 10,000 (the scratch crawls of
 -- self-checks add up), all are forgotten
 
@@ -372,7 +375,7 @@ local function reap()
   end
   local expired = redis.call('ZRANGEBYSCORE', K_LEASES, '-inf', now(), 'LIMIT', 0, 256)
   if #expired == 0 then
-    set_bound('expiry', earliest(K_LEASES))
+    set_bound('expiry', math.min(earliest(K_LEASES), now() + BOUND_MS))
     return
   end
   local records = redis.call('HMGET', K_LEASE, unpack(expired))
@@ -402,7 +405,7 @@ local function wake()
       place(name, state)
     end
   end
-  set_bound('wake', #due < 256 and earliest(K_DELAYED) or nil)
+  set_bound('wake', #due < 256 and math.min(earliest(K_DELAYED), now() + BOUND_MS) or nil)
 end
 
 -- Lease up to n requests in order into `out` (id, token, host, payload, ...);
