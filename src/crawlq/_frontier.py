@@ -86,6 +86,10 @@ class Frontier:
                 f"expected a crawlq.Request, not {type(request).__name__}; "
                 "wrap URLs with crawlq.Request(url)"
             )
+        meta = request.meta
+        slot = meta.get(_SLOT_KEY) if meta else None
+        if slot is not None and (type(slot) is not str or not slot):
+            raise InvalidRequest(f"meta['download_slot'] must be a non-empty str, not {slot!r}")
         if fingerprint is None:
             fingerprint, host = self._fingerprinter.fingerprint_and_host(request)
         else:
@@ -93,16 +97,10 @@ class Frontier:
                 raise InvalidRequest(
                     f"a given fingerprint must be at least 16 bytes, not {fingerprint!r}"
                 )
-            host = self._fingerprinter.canonical_and_host(request.url)[1]
-        meta = request.meta
-        if meta:
-            slot = meta.get(_SLOT_KEY)
-            if slot is not None:
-                if type(slot) is not str or not slot:
-                    raise InvalidRequest(
-                        f"meta['download_slot'] must be a non-empty str, not {slot!r}"
-                    )
-                host = slot
+            # With a slot too, nothing is needed from the URL: it is not parsed.
+            host = slot or self._fingerprinter.canonical_and_host(request.url)[1]
+        if slot is not None:
+            host = slot
         if self._needs_payload:
             return (fingerprint, host, request, encode_request(request))
         if meta:
@@ -135,7 +133,9 @@ class Frontier:
         the batch in one transaction. ``fingerprints``, one per request (at
         least 16 bytes each; the first 16 count), replaces the frontier's own
         fingerprinter, for crawlers that fingerprint requests their own way
-        (Scrapy's ``crawler.request_fingerprinter``). ``ack`` is a popped request
+        (Scrapy's ``crawler.request_fingerprinter``); a request that also has
+        a ``meta["download_slot"]`` then needs nothing from its URL, which is
+        stored as given without being parsed. ``ack`` is a popped request
         (or several) to mark done in the same durable step, after the batch:
         the page whose links these are. A durable store then commits once,
         not twice.

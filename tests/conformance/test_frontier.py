@@ -482,6 +482,20 @@ def test_given_fingerprints_replace_the_fingerprinter(open_store: OpenFrontier) 
     assert hosts == {"a.example"}
 
 
+def test_a_url_with_fingerprint_and_slot_is_stored_unparsed(open_store: OpenFrontier) -> None:
+    frontier = open_store()
+    odd = "http://a.example:99999999/x"  # a port crawlq cannot canonicalise
+    with pytest.raises(crawlq.InvalidRequest):
+        frontier.add(Request(odd))
+    with pytest.raises(crawlq.InvalidRequest):
+        frontier.add_many([Request(odd)], fingerprints=[b"f" * 16])  # its host is needed
+    kept = Request(odd, meta={"download_slot": "a.example"})
+    assert frontier.add_many([kept], fingerprints=[b"f" * 16]) == [True]
+    popped = frontier.pop()
+    assert popped is not None and popped.url == odd
+    assert frontier.stats(hosts=True).hosts[0].host == "a.example"  # type: ignore[index]
+
+
 def test_add_many_acks_several_parents(open_store: OpenFrontier) -> None:
     frontier = open_store()
     frontier.add_many([Request("https://a.example/"), Request("https://b.example/")])

@@ -252,11 +252,9 @@ class Frontiers:
         """Keep a new request for the next `flush`; False if it is a duplicate.
 
         The caller checked the store for the fingerprint; this checks the
-        requests held, and the URL as the store would (raising
-        `InvalidRequest`), so that the flush cannot refuse it.
+        requests held. The flush cannot refuse one: it comes with its
+        fingerprint and download slot, so the frontier does not parse its URL.
         """
-        if creq.url != _PLACEHOLDER_URL:
-            self.main.frontier.fingerprinter.canonical_and_host(creq.url)
         if not creq.dont_filter:
             if fingerprint in self._pending_keys:
                 return False
@@ -285,15 +283,9 @@ class Frontiers:
         url = request.url
         creq = self._crawlq_request(url, priority, meta, dont_filter)
         meta[_PAYLOAD] = self._codec.encode(request, with_url=creq.url != url)
-        try:
-            return self._add(source, creq, fingerprint, start, request)
-        except InvalidRequest as exc:
-            if creq.url == _PLACEHOLDER_URL or isinstance(exc, Unserializable):
-                raise
-            # A URL crawlq cannot parse (say, a bad port): file it by placeholder.
-            meta = {_SLOT: slot, _PAYLOAD: self._codec.encode(request, with_url=True)}
-            creq = Request(_PLACEHOLDER_URL, priority=priority, meta=meta, dont_filter=dont_filter)
-            return self._add(source, creq, fingerprint, start, request)
+        # With its fingerprint and slot given, the frontier does not parse
+        # the URL: a URL crawlq's Request takes is stored as it is.
+        return self._add(source, creq, fingerprint, start, request)
 
     def _add_object(
         self,
@@ -309,13 +301,7 @@ class Frontiers:
         token = self._tokens
         meta: dict[str, Any] = {_SLOT: slot, _TOKEN: token, _RUN: self._run}
         creq = self._crawlq_request(request.url, priority, meta, dont_filter)
-        try:
-            added = self._add(source, creq, fingerprint, start, request)
-        except InvalidRequest:
-            if creq.url == _PLACEHOLDER_URL:
-                raise
-            creq = Request(_PLACEHOLDER_URL, priority=priority, meta=meta, dont_filter=dont_filter)
-            added = self._add(source, creq, fingerprint, start, request)
+        added = self._add(source, creq, fingerprint, start, request)
         if added:
             source.objects[token] = request
         return added
