@@ -688,3 +688,26 @@ def test_bloom_filter_rebuild_never_calls_a_new_url_a_duplicate(
         batch = [f"http://c.test/{i}" for i in range(300)]
         _check_dedup(frontier, batch, seen)
         assert frontier.stats().seen == 800
+
+
+def test_a_host_idle_at_reopen_still_waits_out_its_delay(tmp_path: Path) -> None:
+    """Found by the model-based test: after a reopen, a host with nothing queued
+    forgot when it was last popped, and handed its next request out at once."""
+    now = [1000.0]
+
+    def clock() -> float:
+        return now[0]
+
+    options: dict[str, Any] = {"host_delay": 1.0, "clock": clock}
+    with crawlq.open_frontier(job_url(tmp_path / "job.db"), **options) as frontier:
+        frontier.add(crawlq.Request("https://a.example/1"))
+        first = frontier.pop()
+        assert first is not None
+        frontier.ack(first)
+    with crawlq.open_frontier(job_url(tmp_path / "job.db"), **options) as frontier:
+        frontier.add(crawlq.Request("https://a.example/2"))
+        assert frontier.pop() is None
+        assert frontier.next_ready_in() == pytest.approx(1.0)
+        now[0] += 1.0
+        second = frontier.pop()
+        assert second is not None and second.url == "https://a.example/2"

@@ -494,14 +494,26 @@ class SqliteStore:
         )
 
     def _revive(self, name: str) -> _Host:
-        """Make the in-memory host for a name that has no requests now."""
+        """Make the in-memory host for a name that has no requests now.
+
+        Its pacing time comes from its row, if it has one: a host that was
+        idle when the job was opened still waits out its delay.
+        """
         host_id = self._host_ids.get(name)
+        if host_id is None:
+            row = self._db.execute(
+                "SELECT id, ready_at FROM hosts WHERE name = ?", (name,)
+            ).fetchone()
+        else:
+            row = self._db.execute(
+                "SELECT id, ready_at FROM hosts WHERE id = ?", (host_id,)
+            ).fetchone()
+        if row is not None:
+            host_id = self._host_ids[name] = row[0]
         host = _Host(name, host_id)
         host.ahead = []  # no rows of it in the index: it had no requests
         host.exact = True
-        if host_id is not None:
-            row = self._db.execute("SELECT ready_at FROM hosts WHERE id = ?", (host_id,)).fetchone()
-            host.ready_at = row[0] if row else 0.0
+        host.ready_at = row[1] if row is not None else 0.0
         return host
 
     def _improve(self, host: _Host, key: _Key) -> None:
