@@ -116,12 +116,13 @@ def test_host_delay_is_shared_between_workers(url: str) -> None:
     two.close()
 
 
-def test_a_lost_reply_is_not_run_twice(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A retried add returns its first outcome instead of calling its requests duplicates."""
-    import redis
+def _lose_next_reply(
+    frontier: crawlq.Frontier, monkeypatch: pytest.MonkeyPatch, error: Exception
+) -> list[object]:
+    """Lose the next reply after the server sent it: the call sees ``error``.
 
-    frontier = crawlq.open_frontier(url)
-    frontier.add(Request("https://warm.example/"))  # connect
+    Returns the list the lost reply goes in (clear it to lose the next one).
+    """
     conn = frontier._store._link._conn  # type: ignore[attr-defined]
     real_read = conn.read_response
     lost: list[object] = []
@@ -130,10 +131,22 @@ def test_a_lost_reply_is_not_run_twice(url: str, monkeypatch: pytest.MonkeyPatch
         reply = real_read(*args, **kwargs)
         if not lost:
             lost.append(reply)
-            raise redis.ConnectionError("connection reset by peer (test)")
+            raise error
         return reply
 
     monkeypatch.setattr(conn, "read_response", read_then_lose)
+    return lost
+
+
+def test_a_lost_reply_is_not_run_twice(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A retried add returns its first outcome instead of calling its requests duplicates."""
+    import redis
+
+    frontier = crawlq.open_frontier(url)
+    frontier.add(Request("https://warm.example/"))  # connect
+    lost = _lose_next_reply(
+        frontier, monkeypatch, redis.ConnectionError("connection reset by peer (test)")
+    )
     assert frontier.add_many([Request("https://a.example/1"), Request("https://a.example/1")]) == [
         True,
         False,
@@ -320,18 +333,7 @@ def test_a_lost_pop_reply_returns_the_same_leases(
 
     frontier = crawlq.open_frontier(url)
     frontier.add_many([Request(f"https://h{i}.example/") for i in range(3)])
-    conn = frontier._store._link._conn  # type: ignore[attr-defined]
-    real_read = conn.read_response
-    lost: list[object] = []
-
-    def read_then_lose(*args: object, **kwargs: object) -> object:
-        reply = real_read(*args, **kwargs)
-        if not lost:
-            lost.append(reply)
-            raise redis.TimeoutError("timeout reading (test)")
-        return reply
-
-    monkeypatch.setattr(conn, "read_response", read_then_lose)
+    lost = _lose_next_reply(frontier, monkeypatch, redis.TimeoutError("timeout reading (test)"))
     popped = frontier.pop()
     assert lost and popped is not None
     stats = frontier.stats()
