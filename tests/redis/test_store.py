@@ -123,18 +123,19 @@ def _lose_next_reply(
 
     Returns the list the lost reply goes in (clear it to lose the next one).
     """
-    conn = frontier._store._link._conn  # type: ignore[attr-defined]
-    real_read = conn.read_response
+    from crawlq.stores import _redis_conn
+
+    real_round_trip = _redis_conn._round_trip
     lost: list[object] = []
 
-    def read_then_lose(*args: object, **kwargs: object) -> object:
-        reply = real_read(*args, **kwargs)
+    def send_then_lose(conn: object, packed: bytes) -> object:
+        reply = real_round_trip(conn, packed)
         if not lost:
             lost.append(reply)
             raise error
         return reply
 
-    monkeypatch.setattr(conn, "read_response", read_then_lose)
+    monkeypatch.setattr(_redis_conn, "_round_trip", send_then_lose)
     return lost
 
 

@@ -19,7 +19,7 @@ local function add(keys, args)
 
   -- Ids for the whole batch at once; those of duplicates stay unused (ids
   -- only need to grow).
-  local seq = tonumber(redis.call('HINCRBY', K_META, 'seq', COUNT)) - COUNT
+  local seq = redis.call('HINCRBY', K_META, 'seq', args[ARG0 + 4]) - COUNT
   local new_seen = 0
   local flags, touched, payloads = {}, {}, {}
   local best = nil
@@ -84,7 +84,7 @@ local function add(keys, args)
     place(name, state)
   end
   if new_seen > 0 then
-    redis.call('HINCRBY', K_META, 'seen', new_seen)
+    redis.call('HINCRBY', K_META, 'seen', int_text(new_seen))
   end
   local acked = end_leases(ARG0 + 7, tonumber(args[ARG0 + 6]), 'ack')
   if acked ~= nil and (best == nil or acked < best) then

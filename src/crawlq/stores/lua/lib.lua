@@ -99,12 +99,24 @@ local hosts, queued_delta
 -- one ZREM and one HDEL), and acked ids (their payloads go, likewise).
 local ended, acked_ids
 
+-- Key names by prefix, made once per crawl rather than once per call (each
+-- concatenation makes a string, and strings made per call feed the GC).
+local KEY_NAMES = {}
+local KEY_NAMES_MADE = 0
+
 local function begin(keys, args)
   ARGS, P = args, keys[1]
-  K_META, K_SEEN, K_BLOOM = P .. 'meta', P .. 'seen', P .. 'bloom'
-  K_HOSTS, K_READY, K_DELAYED = P .. 'hosts', P .. 'ready', P .. 'delayed'
-  K_LEASES, K_LEASE = P .. 'leases', P .. 'lease'
-  K_Q, K_P = P .. 'q:', P .. 'p'
+  local names = KEY_NAMES[P]
+  if names == nil then
+    names = { P .. 'meta', P .. 'seen', P .. 'bloom', P .. 'hosts', P .. 'ready',
+      P .. 'delayed', P .. 'leases', P .. 'lease', P .. 'q:', P .. 'p' }
+    KEY_NAMES_MADE = KEY_NAMES_MADE + 1
+    if KEY_NAMES_MADE > 10000 then -- self-checks' scratch crawls add up
+      KEY_NAMES, KEY_NAMES_MADE = {}, 1
+    end
+    KEY_NAMES[P] = names
+  end
+  K_META, K_SEEN, K_BLOOM, K_HOSTS, K_READY, K_DELAYED, K_LEASES, K_LEASE, K_Q, K_P = unpack(names)
   OWNER = args[1]
   RETRY = string.sub(args[2], 1, 1) == 'r'
   CALL = string.match(args[2], '%d+')
@@ -136,15 +148,17 @@ local function padded(count)
   return text
 end
 
--- Small counts as text, by table lookup rather than number formatting.
-local COUNT_TEXT = {}
+-- Integers as text, small ones by table lookup rather than number
+-- formatting: a number given to redis.call is formatted too (with %.17g),
+-- and that costs as much as a cheap command. Scores and counts go as text.
+local INT_TEXT = {}
 
-local function count_text(n)
-  local text = COUNT_TEXT[n]
+local function int_text(n)
+  local text = INT_TEXT[n]
   if text == nil then
-    text = tostring(n)
-    if n < 4096 then
-      COUNT_TEXT[n] = text
+    text = string.format('%d', n)
+    if n < 4096 and n > -4096 then
+      INT_TEXT[n] = text
     end
   end
   return text
@@ -227,10 +241,10 @@ local function place(name, state, later)
       redis.call('ZREM', K_READY, state.filed)
     end
     if member and later then
-      later[#later + 1] = state.head_score
+      later[#later + 1] = int_text(state.head_score)
       later[#later + 1] = member
     elseif member then
-      redis.call('ZADD', K_READY, state.head_score, member)
+      redis.call('ZADD', K_READY, int_text(state.head_score), member)
     end
     state.filed = member
   end
@@ -240,7 +254,7 @@ local function place(name, state, later)
   end
   if state.delayed_at ~= delayed_at then
     if delayed_at then
-      redis.call('ZADD', K_DELAYED, delayed_at, name)
+      redis.call('ZADD', K_DELAYED, int_text(delayed_at), name)
       lower_bound('wake', delayed_at)
     else
       redis.call('ZREM', K_DELAYED, name)
@@ -271,7 +285,7 @@ local function save()
     chunked('HDEL', K_HOSTS, forget, 1)
   end
   if queued_delta ~= 0 then
-    redis.call('HINCRBY', K_META, 'queued', queued_delta)
+    redis.call('HINCRBY', K_META, 'queued', int_text(queued_delta))
   end
 end
 
@@ -287,11 +301,11 @@ local function enqueue(name, state, score, id)
     return true
   end
   if score < head or (score == head and id < state.head_id) then
-    redis.call('ZADD', K_Q .. name, head, state.head_id)
+    redis.call('ZADD', K_Q .. name, int_text(head), state.head_id)
     state.head_score, state.head_id = score, id
     return true
   end
-  redis.call('ZADD', K_Q .. name, score, id)
+  redis.call('ZADD', K_Q .. name, int_text(score), id)
   return false
 end
 
@@ -424,6 +438,7 @@ local function take(n, out, taken, records)
   reap()
   wake()
   local deadline = now() + LEASE_MS
+  local deadline_text = int_text(deadline)
   local token_prefix = OWNER .. ':' .. CALL .. '.'
   local delayed_text = DELAY_MS > 0 and string.format('%d', NOW + DELAY_MS)
   local deadlines = {}
@@ -473,8 +488,8 @@ local function take(n, out, taken, records)
         place(name, state, later)
         got = got + 1
         -- Unique without a counter: the owner's call number and the position.
-        local token = token_prefix .. count_text(got)
-        deadlines[2 * got - 1] = deadline
+        local token = token_prefix .. int_text(got)
+        deadlines[2 * got - 1] = deadline_text
         deadlines[2 * got] = id
         local ready = delayed_text or (state.ready == 0 and '0') or string.format('%d', state.ready)
         records[r + 1] = id
@@ -500,13 +515,13 @@ local function take(n, out, taken, records)
           end
           table.insert(members, k, filed)
           table.insert(scores, k, head)
-          table.insert(texts, k, tostring(head))
+          table.insert(texts, k, int_text(head))
           count = count + 1
         end
       end
     end
     for k = j, count do -- unused: back to `ready`
-      later[#later + 1] = scores[k]
+      later[#later + 1] = texts[k]
       later[#later + 1] = members[k]
     end
     if #later > 0 then
