@@ -62,6 +62,37 @@ BATCH = 100
 Result = dict[str, Any]
 
 
+class Section:
+    """A timed section: its wall time and the redis-server's CPU time.
+
+    The server's CPU per operation is what bounds a shared frontier: one
+    server runs on one core however many workers it serves. It is read from
+    /proc (Linux) for the pid in CRAWLQ_BENCH_SERVER_PID.
+    """
+
+    def __init__(self) -> None:
+        self.wall = perf()
+        self.cpu = _server_cpu()
+
+    def record(self, result: Result, metric: str, count: int) -> None:
+        """Put ``metric``_rate (per second) and ``metric``_server_us (per op) in ``result``."""
+        wall, cpu = perf() - self.wall, _server_cpu() - self.cpu
+        result[f"{metric}_rate"] = count / wall
+        if cpu >= 0:
+            result[f"{metric}_server_us"] = 1e6 * cpu / count
+
+
+def _server_cpu() -> float:
+    """CPU seconds the benchmark's redis-server has used; -1 where unknown."""
+    pid = os.environ.get("CRAWLQ_BENCH_SERVER_PID")
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rpartition(")")[2].split()
+    except OSError:
+        return -1.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _crawl(url: str) -> str:
     """The crawlq frontier URL on the benchmark server."""
     return f"{url}?crawl=bench"
@@ -82,26 +113,25 @@ def crawlq_w1(url: str, sizes: workloads.Sizes, params: dict[str, Any]) -> Resul
     data = workloads.w1_data(sizes.w1_unique, sizes.w1_hosts)
     requests = _crawlq_requests(data.urls, data.priorities)
     frontier = crawlq.open_frontier(_crawl(url))
+    result: Result = {}
     gc.collect()
-    start = perf()
+    section = Section()
     if params["enqueue"] == "add_many":
         for i in range(0, len(requests), BATCH):
             frontier.add_many(requests[i : i + BATCH])
     else:
         for request in requests:
             frontier.add(request)
-    enqueue_s = perf() - start
-    accepted = len(frontier)
-    result: Result = {"enqueue_rate": len(requests) / enqueue_s, "accepted": accepted}
+    section.record(result, "enqueue", len(requests))
+    result["accepted"] = accepted = len(frontier)
     if params.get("dequeue", True):
         pop = frontier.pop
         priorities: list[int] = []
         append = priorities.append
-        start = perf()
+        section = Section()
         while (request := pop()) is not None:
             append(request.priority)
-        dequeue_s = perf() - start
-        result["dequeue_rate"] = len(priorities) / dequeue_s
+        section.record(result, "dequeue", len(priorities))
         result["ok"] = accepted == data.unique == len(priorities) and _non_increasing(priorities)
     else:
         result["ok"] = accepted == data.unique
@@ -119,8 +149,9 @@ def crawlq_w2(url: str, sizes: workloads.Sizes, params: dict[str, Any]) -> Resul
     frontier = crawlq.open_frontier(_crawl(url))
     frontier.add_many(seeds)
     pop, add_many, ack = frontier.pop, frontier.add_many, frontier.ack
+    result: Result = {}
     gc.collect()
-    start = perf()
+    section = Section()
     if params.get("ack") == "in add_many":
         for batch in batches:
             add_many(batch, ack=pop())
@@ -129,10 +160,10 @@ def crawlq_w2(url: str, sizes: workloads.Sizes, params: dict[str, Any]) -> Resul
             request = pop()
             add_many(batch)
             ack(request)  # type: ignore[arg-type]  # never None: seeds outnumber steps
-    elapsed = perf() - start
-    stats = frontier.stats()
+    section.record(result, "steps", len(batches))
+    result["ok"] = frontier.stats().leased <= 1
     frontier.close()
-    return {"steps_rate": len(batches) / elapsed, "ok": stats.leased <= 1}
+    return result
 
 
 def _crawlq_drain(url: str, ready: Any, go: Any, out: Any) -> None:
@@ -193,23 +224,20 @@ def scrapy_w1(url: str, sizes: workloads.Sizes, params: dict[str, Any]) -> Resul
     requests = _scrapy_requests(data.urls, data.priorities)
     scheduler = _scrapy_scheduler(url)
     enqueue = scheduler.enqueue_request
+    result: Result = {}
     gc.collect()
-    start = perf()
+    section = Section()
     for request in requests:
         enqueue(request)
-    enqueue_s = perf() - start
-    accepted = len(scheduler)
+    section.record(result, "enqueue", len(requests))
+    result["accepted"] = accepted = len(scheduler)
     priorities = []
-    start = perf()
+    section = Section()
     while (request := scheduler.next_request()) is not None:
         priorities.append(request.priority)
-    dequeue_s = perf() - start
-    return {
-        "enqueue_rate": len(requests) / enqueue_s,
-        "dequeue_rate": len(priorities) / dequeue_s,
-        "accepted": accepted,
-        "ok": accepted == data.unique == len(priorities) and _non_increasing(priorities),
-    }
+    section.record(result, "dequeue", len(priorities))
+    result["ok"] = accepted == data.unique == len(priorities) and _non_increasing(priorities)
+    return result
 
 
 def scrapy_w2(url: str, sizes: workloads.Sizes, params: dict[str, Any]) -> Result:
@@ -220,14 +248,15 @@ def scrapy_w2(url: str, sizes: workloads.Sizes, params: dict[str, Any]) -> Resul
     children = _scrapy_requests(plan.child_urls, plan.child_priorities)
     batches = [children[i : i + 5] for i in range(0, len(children), 5)]
     next_request, enqueue = scheduler.next_request, scheduler.enqueue_request
+    result: Result = {"ok": True}
     gc.collect()
-    start = perf()
+    section = Section()
     for batch in batches:
         next_request()
         for child in batch:
             enqueue(child)
-    elapsed = perf() - start
-    return {"steps_rate": len(batches) / elapsed, "ok": True}
+    section.record(result, "steps", len(batches))
+    return result
 
 
 def _scrapy_drain(url: str, ready: Any, go: Any, out: Any) -> None:
@@ -261,25 +290,22 @@ def qcrawl_w1(url: str, sizes: workloads.Sizes, params: dict[str, Any]) -> Resul
     async def main() -> Result:
         queue = RedisQueue(url=url, namespace="bench", dedupe=True)
         put = queue.put
+        result: Result = {}
         gc.collect()
-        start = perf()
+        section = Section()
         for request, priority in zip(requests, data.priorities, strict=True):
             await put(request, priority)
-        enqueue_s = perf() - start
-        accepted = await queue.size()
+        section.record(result, "enqueue", len(requests))
+        result["accepted"] = accepted = await queue.size()
         got = 0
-        start = perf()
+        section = Section()
         for _ in range(accepted):
             await queue.get(timeout=1.0)
             got += 1
-        dequeue_s = perf() - start
+        section.record(result, "dequeue", got)
         await queue.close()
-        return {
-            "enqueue_rate": len(requests) / enqueue_s,
-            "dequeue_rate": got / dequeue_s,
-            "accepted": accepted,
-            "ok": accepted == data.unique == got,
-        }
+        result["ok"] = accepted == data.unique == got
+        return result
 
     return asyncio.run(main())
 
@@ -296,14 +322,15 @@ def qcrawl_w2(url: str, sizes: workloads.Sizes, params: dict[str, Any]) -> Resul
         for seed in plan.seed_urls:
             await queue.put(Request(url=seed), 0)
         gc.collect()
-        start = perf()
+        result: Result = {"ok": True}
+        section = Section()
         for step in range(plan.steps):
             await queue.get(timeout=1.0)
             for k in range(step * 5, step * 5 + 5):
                 await queue.put(children[k], plan.child_priorities[k])
-        elapsed = perf() - start
+        section.record(result, "steps", plan.steps)
         await queue.close()
-        return {"steps_rate": plan.steps / elapsed, "ok": True}
+        return result
 
     return asyncio.run(main())
 
@@ -328,14 +355,18 @@ def _run_workers(target: Callable[..., None], url: str, count: int, expected: in
         process.start()
     for _ in processes:
         ready.acquire()
-    start = perf()
+    section = Section()
     go.set()
     results = [out.get(timeout=600) for _ in processes]
+    done = sum(n for n, _ in results)
+    # The rate counts until the last worker finished (its own clock reading).
+    finished = max(t for _, t in results)
+    result: Result = {"ok": done == expected}
+    section.record(result, "dequeue", done)
+    result["dequeue_rate"] = done / (finished - section.wall)
     for process in processes:
         process.join()
-    done = sum(n for n, _ in results)
-    elapsed = max(t for _, t in results) - start
-    return {"dequeue_rate": done / elapsed, "ok": done == expected}
+    return result
 
 
 RUNNERS: dict[tuple[str, str], Callable[[str, workloads.Sizes, dict[str, Any]], Result]] = {
@@ -417,6 +448,7 @@ def run_one(
         capture_output=True,
         text=True,
         timeout=1800,
+        env={**os.environ, "CRAWLQ_BENCH_SERVER_PID": str(server.process.pid)},
     )
     if done.returncode != 0:
         return {"error": (done.stderr.strip().splitlines() or ["?"])[-1]}
@@ -479,12 +511,12 @@ def main() -> None:
         workload, _, label, _ = item
         done = runs[label_of(item)]
         errors = [r["error"] for r in done if "error" in r]
-        metrics = ("enqueue_rate", "dequeue_rate", "steps_rate")
+        metrics = [f"{name}_{unit}" for name in ("enqueue", "dequeue", "steps") for unit in UNITS]
         medians[workload, label] = {m: _median(done, m) for m in metrics}
         shown = ", ".join(
-            f"{m.replace('_rate', '')} {v:,.0f}/s{_spread(done, m, v)}"
-            for m, v in medians[workload, label].items()
-            if v
+            _shown(name, medians[workload, label], done)
+            for name in ("enqueue", "dequeue", "steps")
+            if medians[workload, label][f"{name}_rate"]
         )
         okay = all(r.get("ok") for r in done if "error" not in r)
         print(
@@ -494,6 +526,17 @@ def main() -> None:
             flush=True,
         )
     _ratios(medians)
+
+
+UNITS = ("rate", "server_us")
+
+
+def _shown(name: str, medians: dict[str, float | None], runs: list[Result]) -> str:
+    """``name 12,345/s ±3% (server 45.6 us/op)`` from the runs of one measurement."""
+    rate = medians[f"{name}_rate"] or 0.0
+    text = f"{name} {rate:,.0f}/s{_spread(runs, f'{name}_rate', rate)}"
+    server = medians[f"{name}_server_us"]
+    return text + (f" (server {server:.1f} us/op)" if server else "")
 
 
 def _ratio(a: float | None, b: float | None) -> str:
@@ -528,6 +571,23 @@ def _ratios(m: dict[tuple[str, str], dict[str, float | None]]) -> None:
                 f"  W2 crawlq / {peer}: {_ratio(joint, other)} with ack=parent, "
                 f"{_ratio(apart, other)} with a separate ack"
             )
+    # What one redis-server core can serve: the limit however many workers share it.
+    print("\nRedis server CPU per operation (medians), crawlq against each peer:")
+    crawlq_w1 = "crawlq add_many(100) / pop"
+    crawlq_w2 = "crawlq pop, add_many(5, ack=parent)"
+    for peer in ("scrapy-redis", "qcrawl RedisQueue"):
+        for workload, ours, metric in (
+            ("W1", crawlq_w1, "enqueue_server_us"),
+            ("W1", crawlq_w1, "dequeue_server_us"),
+            ("W2", crawlq_w2, "steps_server_us"),
+        ):
+            mine, theirs = rate(workload, ours, metric), rate(workload, peer, metric)
+            if mine and theirs:
+                name = metric.partition("_")[0]
+                print(
+                    f"  {workload} {name} vs {peer}: {mine:.1f} vs {theirs:.1f} us "
+                    f"({theirs / mine:.1f}x less; one core serves {1e6 / mine:,.0f}/s)"
+                )
     for impl in ("crawlq", "scrapy-redis"):
         one = rate("W6", f"{impl}, 1 worker", "dequeue_rate")
         two = rate("W6", f"{impl}, 2 workers", "dequeue_rate")
