@@ -88,7 +88,20 @@ class LeaseError(CrawlqError):
 
 
 class FrontierClosed(CrawlqError):
-    """The frontier was used after ``close()``."""
+    """The frontier was used after ``close()``.
+
+    A closed frontier stays closed; the message says to open the store again
+    with ``crawlq.open_frontier`` (a durable job resumes where it was).
+    """
+
+    def __init__(self, message: str = "the frontier is closed") -> None:
+        if "open_frontier" not in message:
+            message = (
+                f"{message}; a closed frontier cannot be used again: call "
+                "crawlq.open_frontier() with the same URL for a new one (a durable job "
+                "resumes where it was), and close it only when the crawl is done"
+            )
+        super().__init__(message)
 
 
 class StoreError(CrawlqError):
