@@ -27,6 +27,7 @@ from ._errors import (
     StoreError,
     StoreFull,
     StoreUnavailable,
+    WorkerFailed,
 )
 from ._fingerprint import Fingerprinter
 from ._frontier import Frontier, FrontierStats
@@ -62,6 +63,7 @@ __all__ = [
     "StoreError",
     "StoreFull",
     "StoreUnavailable",
+    "WorkerFailed",
     "__version__",
     "open_frontier",
 ]
