@@ -56,6 +56,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
 
 JobArgument = Annotated[
@@ -110,8 +111,14 @@ def demo(
         int, typer.Option(min=1, max=250, help="Hosts, served on 127.0.0.2 and up.")
     ] = 20,
     delay: Annotated[
-        float, typer.Option(min=0.0, help="Seconds between two requests to one host.")
-    ] = 0.01,
+        float | None,
+        typer.Option(
+            min=0.0,
+            help="Seconds between two requests to one host (default 0.2: about half a "
+            "minute for the default site; 0.01 with --fast).",
+            show_default=False,
+        ),
+    ] = None,
     concurrency: Annotated[
         int, typer.Option(min=1, help="Most requests in flight to one host.")
     ] = 2,
@@ -125,7 +132,15 @@ def demo(
         ),
     ] = Path(DEFAULT_DEMO_JOB),
     fresh: Annotated[
-        bool, typer.Option("--fresh", help="Delete the job directory's crawl and start over.")
+        bool,
+        typer.Option("--fresh", help="Delete the job directory's crawl and start over."),
+    ] = False,
+    fast: Annotated[
+        bool,
+        typer.Option(
+            "--fast",
+            help="Crawl as fast as crawlq goes (a few seconds) instead of at a pace to watch.",
+        ),
     ] = False,
 ) -> None:
     """Crawl a generated site on loopback with crawlq, live, and check the crawl.
@@ -133,49 +148,77 @@ def demo(
     Serves a few thousand linked pages (with duplicates, tracking parameters,
     404s and 500s) from one aiohttp server per host on 127.0.0.2 and up, crawls
     them with an async crawler fed by a crawlq Scheduler over a SQLite job in
-    --job, and prints a summary. Ctrl-C stops cleanly (exit 130); the same
-    command resumes the job where it stopped. Exits 1 unless every page of the
-    site was fetched exactly once (requests in flight at a stop may be fetched
-    once more).
+    --job, and prints a summary. It takes about half a minute (--fast: a few
+    seconds). Ctrl-C stops cleanly: the requests in flight finish, then it
+    exits 130 (a second Ctrl-C stops at once, putting them back); the same
+    command resumes the job where it stopped, even after a kill -9. Exits 1
+    unless every page of the site was fetched exactly once (requests in flight
+    at a kill or a second Ctrl-C may be fetched once more).
     """
     console = Console()
     try:
         from ._demo import DemoConfig, run_demo
+        from ._demo.run import PACED_DELAY, PACED_LATENCY
     except ModuleNotFoundError as exc:
         if (exc.name or "").partition(".")[0] != "aiohttp":
             raise
         Console(stderr=True).print(DEMO_NEEDS_AIOHTTP, markup=False, highlight=False)
         raise typer.Exit(1) from None
-    from ._demo.report import LiveProgress, summary_table, verdict
+    from ._demo.report import LiveProgress, stopped_message, summary_table, verdict
 
+    fast_config = DemoConfig()
     try:
         config = DemoConfig(
             pages=pages,
             hosts=hosts,
-            delay=delay,
+            delay=delay if delay is not None else fast_config.delay if fast else PACED_DELAY,
             concurrency=concurrency,
             workers=workers,
             seed=seed,
+            latency=fast_config.latency if fast else PACED_LATENCY,
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     job_dir = job.absolute()
     console.print(Text(f"job: {job_dir}", style="dim"))
+    if not fast:
+        console.print(
+            Text(
+                "press Ctrl-C to stop (the requests in flight finish), then run the same "
+                "command to resume; --fast crawls in a few seconds",
+                style="dim",
+            )
+        )
 
     async def crawl(on_progress: Callable[[DemoProgress], None]) -> DemoResult:
-        # First Ctrl-C: stop cleanly. The handler is then gone, so a second
-        # one interrupts at once (the job stays consistent either way).
-        stop = asyncio.Event()
+        # First Ctrl-C: let the requests in flight finish. Second: put them
+        # back and stop at once. The handler is then gone, so a third one
+        # interrupts outright (the job stays consistent either way).
+        stop, stop_now = asyncio.Event(), asyncio.Event()
         loop = asyncio.get_running_loop()
 
         def on_sigint() -> None:
-            stop.set()
+            if not stop.is_set():
+                stop.set()
+                console.print(
+                    "stopping: letting the requests in flight finish "
+                    "(press Ctrl-C again to stop at once)",
+                    highlight=False,
+                )
+                return
+            stop_now.set()
             loop.remove_signal_handler(signal.SIGINT)
+            console.print("stopping at once: requests in flight go back to the job")
 
         loop.add_signal_handler(signal.SIGINT, on_sigint)
         try:
             return await run_demo(
-                config, job=job_dir, fresh=fresh, stop=stop, on_progress=on_progress
+                config,
+                job=job_dir,
+                fresh=fresh,
+                stop=stop,
+                stop_now=stop_now,
+                on_progress=on_progress,
             )
         finally:
             loop.remove_signal_handler(signal.SIGINT)
@@ -200,13 +243,7 @@ def demo(
             raise typer.Exit(1)
         return
     if result.interrupted:
-        console.print(
-            Text(
-                f"stopped: {result.fetched:,} of {result.expected_fetches:,} fetched, "
-                f"{result.queued:,} requests left in the job, {result.in_flight_at_stop} put "
-                "back unfinished; run the same command to resume (--fresh starts over)"
-            )
-        )
+        console.print(Text(stopped_message(result)))
         raise typer.Exit(130)
     if result.single_address:
         console.print(

@@ -1,0 +1,179 @@
+"""`crawlq demo` stopped and resumed as a person does it: Ctrl-C in a real terminal (tmux).
+
+Also the two speeds of stopping in `run_demo`, and totals after a ``kill -9``:
+whatever the stop, the counts the demo prints agree with the server's own log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from crawlq._demo import DemoConfig, DemoProgress, run_demo
+
+from .test_demo import demo_process, fetch_log, wait_for_fetches
+
+INSTALL_TMUX = "apt-get install -y tmux"
+
+
+def row(summary: str, label: str) -> int:
+    """The number in the summary table's row ``label``."""
+    found = re.search(rf"{re.escape(label)}\s*│\s*([\d,]+)", summary)
+    assert found is not None, summary
+    return int(found.group(1).replace(",", ""))
+
+
+async def test_a_stop_lets_the_requests_in_flight_finish(tmp_path: Path) -> None:
+    config = DemoConfig(pages=300, hosts=10, delay=0.01, latency=0.05, workers=16, seed=4)
+    stop = asyncio.Event()
+
+    def stop_early(snapshot: DemoProgress) -> None:
+        if snapshot.fetched >= 40:
+            stop.set()
+
+    first = await run_demo(
+        config, job=tmp_path, stop=stop, on_progress=stop_early, progress_interval=0.01
+    )
+    assert first.interrupted
+    assert first.in_flight_at_stop == 0  # each one in flight finished and was acked
+    log = fetch_log(tmp_path)
+    # The job's durable count, the result and the server's log agree exactly.
+    assert first.fetched == first.server_urls == len(log) == sum(log.values())
+    second = await run_demo(config, job=tmp_path)
+    assert second.complete and second.refetches == 0
+
+
+async def test_a_second_stop_puts_the_requests_in_flight_back(tmp_path: Path) -> None:
+    # Slow pages, so that requests are in flight when the second stop comes.
+    config = DemoConfig(pages=200, hosts=10, delay=0.0, latency=2.0, workers=16, seed=4)
+    stop, stop_now = asyncio.Event(), asyncio.Event()
+
+    def stop_twice(snapshot: DemoProgress) -> None:
+        if snapshot.in_flight >= 5:
+            stop.set()
+            stop_now.set()
+
+    started = time.monotonic()
+    first = await run_demo(
+        config,
+        job=tmp_path,
+        stop=stop,
+        stop_now=stop_now,
+        on_progress=stop_twice,
+        progress_interval=0.01,
+    )
+    assert first.interrupted
+    assert first.in_flight_at_stop >= 5
+    assert time.monotonic() - started < 20
+    assert first.fetched < first.server_urls  # fetched by the server, not done in the job
+    assert first.queued > 0
+
+
+def test_totals_after_kill_9_agree_with_the_server_log(tmp_path: Path) -> None:
+    job = tmp_path / "job"
+    process = demo_process(job)
+    wait_for_fetches(job, process, 150)
+    process.send_signal(signal.SIGKILL)
+    process.communicate(timeout=60)
+    again = demo_process(job, "--fast")
+    out, err = again.communicate(timeout=120)
+    assert again.returncode == 0, (out, err)
+    log = fetch_log(job)
+    assert row(out, "Pages fetched") == row(out, "Server's log") == len(log)
+    assert f"{sum(log.values()):,} fetches in all" in out
+    assert row(out, "Re-fetched after resume") == sum(n - 1 for n in log.values())
+
+
+# -- in a real terminal ------------------------------------------------------------
+
+
+class Tmux:
+    """A tmux server of its own (``-L``) running one window; stopped at the end."""
+
+    def __init__(self, socket_name: str) -> None:
+        binary = shutil.which("tmux")
+        if binary is None:
+            pytest.fail(f"tmux is not installed; the terminal tests need it: {INSTALL_TMUX}")
+        self.base = [binary, "-L", socket_name]
+
+    def run(self, *args: str) -> str:
+        done = subprocess.run(
+            [*self.base, *args], capture_output=True, text=True, timeout=30, check=True
+        )
+        return done.stdout
+
+    def start(self, command: str) -> None:
+        self.run("new-session", "-d", "-s", "demo", "-x", "220", "-y", "60", command)
+
+    def screen(self) -> str:
+        return self.run("capture-pane", "-p", "-J", "-S", "-1000", "-t", "demo")
+
+    def wait_for(self, text: str, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            screen = self.screen()
+            if text in screen:
+                return screen
+            assert time.monotonic() < deadline, f"{text!r} never appeared:\n{screen}"
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        subprocess.run([*self.base, "kill-server"], capture_output=True, timeout=30)
+
+
+@pytest.fixture
+def tmux() -> Iterator[Tmux]:
+    terminal = Tmux(f"crawlq-test-{os.getpid()}")
+    try:
+        yield terminal
+    finally:
+        terminal.stop()
+
+
+def test_ctrl_c_in_a_terminal_then_resume(tmp_path: Path, tmux: Tmux) -> None:
+    job = tmp_path / "job"
+    demo = (
+        f"cd {tmp_path} && {sys.executable} -c 'from crawlq.cli import main; main()' "
+        f"demo --pages 600 --hosts 10 --job {job}"
+    )
+    # The pane stays after the demo exits, showing its exit code.
+    tmux.start(f"{demo}; echo exit=$?; sleep 600")
+    tmux.wait_for("press Ctrl-C to stop", 60)
+    time.sleep(2)  # let it run a little, as a person watching it would
+    deadline = time.monotonic() + 60
+    while sum(fetch_log(job).values()) < 30:  # a few seconds at the default pace
+        assert time.monotonic() < deadline, tmux.screen()
+        time.sleep(0.1)
+    tmux.run("send-keys", "-t", "demo", "C-c")
+    screen = tmux.wait_for("exit=", 60)
+    assert "stopping: letting the requests in flight finish" in screen
+    assert "exit=130" in screen
+    assert "Traceback" not in screen
+    log = fetch_log(job)
+    stopped = re.search(r"stopped: ([\d,]+) of ([\d,]+) fetched", screen)
+    assert stopped is not None, screen
+    # What the demo says it fetched is what the server logged: nothing was
+    # dropped in flight, nothing will be fetched twice.
+    assert int(stopped.group(1).replace(",", "")) == len(log) == sum(log.values())
+    assert f"the server's log: {len(log):,} URLs" in screen
+    assert "run the same command to resume" in screen
+    tmux.stop()
+
+    tmux.start(f"{demo} --fast; echo exit=$?; sleep 600")
+    screen = tmux.wait_for("exit=", 120)
+    assert "exit=0" in screen, screen
+    assert "(resumed)" in screen
+    log = fetch_log(job)
+    assert row(screen, "Pages fetched") == row(screen, "Server's log") == len(log)
+    assert f"{len(log):,} fetches in all" in screen  # nothing fetched twice
+    assert "fetched exactly once, over 2 runs" in screen
