@@ -13,11 +13,9 @@ stderr and exit code 1; never a traceback.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import importlib
 import os
-import signal
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -36,7 +34,7 @@ from ._open import _SCHEME_ALIASES, _scheme, open_frontier
 from ._request import Request
 
 if TYPE_CHECKING:
-    from ._demo import DemoProgress, DemoResult
+    pass
 
 __all__ = ["app", "main"]
 
@@ -155,108 +153,31 @@ def demo(
     unless every page of the site was fetched exactly once (requests in flight
     at a kill or a second Ctrl-C may be fetched once more).
     """
-    console = Console()
-    try:
-        from ._demo import DemoConfig, run_demo
-        from ._demo.run import PACED_DELAY, PACED_LATENCY
-    except ModuleNotFoundError as exc:
-        if (exc.name or "").partition(".")[0] != "aiohttp":
-            raise
-        Console(stderr=True).print(DEMO_NEEDS_AIOHTTP, markup=False, highlight=False)
-        raise typer.Exit(1) from None
-    from ._demo.report import LiveProgress, stopped_message, summary_table, verdict
+    from ._demo.command import run_command
 
-    fast_config = DemoConfig()
-    try:
-        config = DemoConfig(
-            pages=pages,
-            hosts=hosts,
-            delay=delay if delay is not None else fast_config.delay if fast else PACED_DELAY,
-            concurrency=concurrency,
-            workers=workers,
-            seed=seed,
-            latency=fast_config.latency if fast else PACED_LATENCY,
-        )
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
-    job_dir = job.absolute()
-    console.print(Text(f"job: {job_dir}", style="dim"))
-    if not fast:
-        console.print(
-            Text(
-                "press Ctrl-C to stop (the requests in flight finish), then run the same "
-                "command to resume; --fast crawls in a few seconds",
-                style="dim",
-            )
-        )
-
-    async def crawl(on_progress: Callable[[DemoProgress], None]) -> DemoResult:
-        # First Ctrl-C: let the requests in flight finish. Second: put them
-        # back and stop at once. The handler is then gone, so a third one
-        # interrupts outright (the job stays consistent either way).
-        stop, stop_now = asyncio.Event(), asyncio.Event()
-        loop = asyncio.get_running_loop()
-
-        def on_sigint() -> None:
-            if not stop.is_set():
-                stop.set()
-                console.print(
-                    "stopping: letting the requests in flight finish "
-                    "(press Ctrl-C again to stop at once)",
-                    highlight=False,
-                )
-                return
-            stop_now.set()
-            loop.remove_signal_handler(signal.SIGINT)
-            console.print("stopping at once: requests in flight go back to the job")
-
-        loop.add_signal_handler(signal.SIGINT, on_sigint)
-        try:
-            return await run_demo(
-                config,
-                job=job_dir,
-                fresh=fresh,
-                stop=stop,
-                stop_now=stop_now,
-                on_progress=on_progress,
-            )
-        finally:
-            loop.remove_signal_handler(signal.SIGINT)
-
-    with _clean_errors():
-        try:
-            with LiveProgress(console) as live:
-                result = asyncio.run(crawl(live.update))
-        except KeyboardInterrupt:
-            typer.echo(f"interrupted; run the same command to resume {job_dir}", err=True)
-            raise typer.Exit(130) from None
-    if result.already_complete:
-        console.print(
-            Text(
-                f"job {job_dir} is already complete ({result.fetched:,} pages fetched in "
-                f"{result.runs} run{'s' if result.runs > 1 else ''}); "
-                "add --fresh to crawl it again"
-            )
-        )
-        console.print(verdict(result), highlight=False)
-        if not result.complete:
-            raise typer.Exit(1)
-        return
-    if result.interrupted:
-        console.print(Text(stopped_message(result)))
-        raise typer.Exit(130)
-    if result.single_address:
-        console.print(
-            "[yellow]note:[/] 127.0.0.2 and up could not be bound here, so every host was "
-            "served on 127.0.0.1 with its own port (paced apart with meta['download_slot'])"
-        )
-    console.print(summary_table(result))
-    console.print(verdict(result), highlight=False)
-    if not result.complete:
-        raise typer.Exit(1)
+    run_command(
+        pages=pages,
+        hosts=hosts,
+        delay=delay,
+        concurrency=concurrency,
+        workers=workers,
+        seed=seed,
+        job=job,
+        fresh=fresh,
+        fast=fast,
+    )
 
 
 # -- jobs -----------------------------------------------------------------------
+
+
+def _note_default_crawl(url: str) -> None:
+    """Say so when a Redis URL names no crawl: it then means the crawl 'default'."""
+    scheme = _scheme(url)
+    if _SCHEME_ALIASES.get(scheme, scheme) == "redis" and "crawl=" not in url.partition("?")[2]:
+        typer.echo(
+            "note: the URL has no ?crawl=NAME, so it means the crawl named 'default'", err=True
+        )
 
 
 def _job_reader(job: str, name: str) -> Callable[..., Any]:
@@ -299,9 +220,11 @@ def inspect(
 ) -> None:
     """Show a job's counts, busiest hosts, priorities and settings.
 
-    Reads the job without locking it, so it works while a crawl runs.
+    Reads the job without locking it, so it works while a crawl runs. Exits 1
+    with a message if there is no such job (or Redis crawl).
     """
     with _clean_errors():
+        _note_default_crawl(job)
         report = cast(JobReport, _job_reader(job, "inspect")(job, top=top))
     _print_report(Console(), report)
 
@@ -368,9 +291,11 @@ def _print_priorities(console: Console, report: JobReport) -> None:
 def export(job: JobArgument) -> None:
     """Write a job's requests to stdout as JSONL, one per line, oldest first.
 
-    Queued and leased requests alike (a leased one is not done). Reads the
-    job without locking it, so it works while a crawl runs. The format is
-    described in crawlq._jobfile; crawlq import reads it back.
+    Every request not done yet: queued and leased alike (a leased one is not
+    done). Reads the job without locking it, so it works while a crawl runs.
+    Each line is a JSON object with the fields of crawlq.Request, those at
+    their defaults left out; the body is "body_base64", and bytes in meta are
+    {"$bytes": "<base64>"}. crawlq import reads it back.
     """
     failed: list[str] = []
     with _clean_errors():
@@ -409,6 +334,36 @@ def import_(
     file: Annotated[
         str, typer.Argument(help="JSONL file to read, or - for stdin.", show_default=False)
     ],
+    lifo: Annotated[
+        bool | None,
+        typer.Option(
+            "--lifo/--fifo",
+            help="Order of a new job: newest first within a priority (depth-first), or "
+            "oldest first [default: fifo; an existing job keeps its own].",
+            show_default=False,
+        ),
+    ] = None,
+    ignore_query_param: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--ignore-query-param",
+            metavar="PATTERN",
+            help="Query parameter (or glob, e.g. 'utm_*') a new job's fingerprints drop; "
+            "repeat for several.",
+            show_default=False,
+        ),
+    ] = None,
+    keep_fragments: Annotated[
+        bool,
+        typer.Option("--keep-fragments", help="A new job's fingerprints keep #fragments."),
+    ] = False,
+    scrapy_fingerprints: Annotated[
+        bool,
+        typer.Option(
+            "--scrapy-fingerprints",
+            help="A new job fingerprints requests as Scrapy does (mode='scrapy').",
+        ),
+    ] = False,
 ) -> None:
     """Add the requests of a JSONL file (as crawlq export writes it) to a job.
 
@@ -416,12 +371,20 @@ def import_(
     if any is bad, each is reported with its line number and nothing is
     imported. Otherwise all requests are added in one transaction: nothing is
     ever half-imported. Blank lines are skipped. The job is opened like a
-    crawler opens it, so this fails while a crawl has it open; a new job is
-    created if there is none.
+    crawler opens it, so this fails while a crawl has it open. An existing
+    job keeps its own fingerprint settings and order; a new job is created
+    with the defaults, or with the options given (which must then match
+    what the crawler will open it with).
     """
     with _clean_errors():
         lines = _read_lines(file)
-        fingerprinter, lifo = _job_options(job)
+        fingerprinter, job_lifo = _job_options(job)
+        if ignore_query_param or keep_fragments or scrapy_fingerprints:
+            fingerprinter = Fingerprinter(
+                mode="scrapy" if scrapy_fingerprints else "crawlq",
+                keep_fragments=keep_fragments,
+                ignore_query_params=ignore_query_param or (),
+            )
         requests, problems = _parse(lines, fingerprinter)
         if problems:
             _report_bad(problems, "lines")
@@ -432,7 +395,9 @@ def import_(
         if not requests:
             typer.echo(f"{file} holds no requests; nothing was imported")
             return
-        frontier = open_frontier(job, fingerprinter=fingerprinter, lifo=lifo)
+        frontier = open_frontier(
+            job, fingerprinter=fingerprinter, lifo=job_lifo if lifo is None else lifo
+        )
         try:
             added = frontier.add_many(requests)
             url = frontier.url
@@ -508,6 +473,7 @@ def purge(
                 f"purge deletes a Redis crawl; for a SQLite job ({url}), stop its crawl "
                 "and delete the job directory or file"
             )
+        _note_default_crawl(url)
         purge_crawl = _job_reader(url, "purge")
         shown = _job_reader(url, "display")(url)
         if not yes and not typer.confirm(f"Delete every key of {shown}?", default=False):
