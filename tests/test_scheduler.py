@@ -478,6 +478,32 @@ async def test_join_says_so_when_every_worker_is_gone(caplog: pytest.LogCaptureF
         await asyncio.wait([task])
         await asyncio.sleep(0.01)
         assert not joiner.done()
+        # Said a moment later, in case the crawl is being stopped on purpose.
+        await asyncio.sleep(1.5)
+        assert not joiner.done()
         warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
         assert any("join() waits for new workers" in m for m in warnings), warnings
         joiner.cancel()
+
+
+async def test_stopping_workers_then_closing_is_quiet(caplog: pytest.LogCaptureFixture) -> None:
+    async with make() as scheduler:
+        await scheduler.add_many(["https://a.example/1", "https://a.example/2"])
+
+        async def worker() -> None:
+            while True:
+                request = await scheduler.get()
+                await asyncio.sleep(60)
+                scheduler.task_done(request)
+
+        task = asyncio.create_task(worker())
+        await asyncio.sleep(0.01)
+        joiner = asyncio.create_task(scheduler.join())
+        await asyncio.sleep(0.01)
+        task.cancel()
+        await asyncio.wait([task])
+        await scheduler.close()  # the crawl is stopped on purpose
+        with pytest.raises(crawlq.SchedulerClosed):
+            await joiner
+        await asyncio.sleep(1.5)
+        assert [r for r in caplog.records if r.levelname == "WARNING"] == []

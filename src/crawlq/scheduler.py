@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -35,7 +34,6 @@ from typing import Any, Literal, overload
 
 from ._errors import (
     ConfigError,
-    CrawlqError,
     InvalidRequest,
     QueueEmpty,
     QueueFull,
@@ -43,19 +41,19 @@ from ._errors import (
     WorkerFailed,
 )
 from ._frontier import Frontier, Invalid
-from ._holdings import Holdings
+from ._holdings import Holdings, logger
 from ._request import Request
 from .stores.base import HostCount
 
 __all__ = ["Scheduler", "SchedulerStats"]
-
-logger = logging.getLogger("crawlq")
 
 # A timer never fires sooner than this after being armed, so that a store whose
 # ready time is approximate cannot make the scheduler spin.
 _MIN_WAIT = 0.001
 # How often a waiting get() looks again at a store other processes change.
 _SHARED_POLL = 0.5
+# Seconds after the last worker ended before a waiting join() warns about it.
+_UNATTENDED_GRACE = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +103,7 @@ class Scheduler:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
         self._closed = False
-        self._holdings = Holdings(self._on_worker_end)
+        self._holdings = Holdings(frontier, self._on_worker_end)
         self._failure: WorkerFailed | None = None
 
     @property
@@ -272,59 +270,32 @@ class Scheduler:
                 return delivered
             # Woken without a request (the timer): try the frontier again.
 
-    def _on_worker_end(
-        self,
-        task: asyncio.Task[Any],
-        held: list[Request],
-        error: BaseException | None,
-        cancelled: bool,
-    ) -> None:
-        """A task that took requests ended: if it died, release what it held and say so."""
-        if not cancelled and (error is None or isinstance(error, SchedulerClosed)):
-            return  # it ended normally; what it returned holding, it passed on
-        released = self._release_held(held)
-        names = ", ".join(map(repr, released)) or "no request"
-        if error is None:
-            if released:
-                logger.info(
-                    "task %s was cancelled holding %s; released back to the frontier",
-                    task.get_name(),
-                    names,
-                )
-            self._warn_if_unattended()
-            return
-        message = (
-            f"worker task {task.get_name()} died with {error!r} holding {names}"
-            f"{' (released back to the frontier)' if released else ''}; catch errors per "
-            "request inside the worker (log, then task_done or release) so that one bad "
-            "page cannot stop the crawl"
-        )
-        logger.error("%s", message, exc_info=error)
-        failure = WorkerFailed(message)
-        failure.__cause__ = error
-        if self._failure is None:
-            self._failure = failure
-        self._fail_joiners()
-
-    def _release_held(self, requests: list[Request]) -> list[Request]:
-        released = []
-        for request in requests:
-            if self._frontier.closed:
-                break
-            try:
-                self._frontier.release(request)
-            except CrawlqError:
-                continue  # finished another way (acked through the frontier)
-            released.append(request)
+    def _on_worker_end(self, failure: WorkerFailed | None, released: bool) -> None:
+        """A task that took requests ended (see `Holdings`): wake whoever must know."""
         if released and not self._closed:
             self._changed()
-        return released
+        if failure is not None:
+            if self._failure is None:
+                self._failure = failure
+            self._fail_joiners()
+        self._warn_if_unattended()
 
     def _warn_if_unattended(self) -> None:
-        """Say so when joins wait for work that no task is left to take."""
-        if self._frontier.closed or not self._joiners or self._holdings or self._getters:
-            return
-        if self._busy():
+        """Say so when joins wait for work that no task is left to take.
+
+        Checked again a moment later, so that a crawl stopping on purpose
+        (closing the scheduler right after cancelling its workers) is quiet.
+        """
+        if self._unattended():
+            asyncio.get_running_loop().call_later(_UNATTENDED_GRACE, self._warn_unattended)
+
+    def _unattended(self) -> bool:
+        if self._closed or self._frontier.closed or self._holdings or self._getters:
+            return False
+        return any(not future.done() for future in self._joiners) and self._busy()
+
+    def _warn_unattended(self) -> None:
+        if self._unattended():
             stats = self._frontier.stats()
             logger.warning(
                 "every task that took requests from the scheduler has ended, and %d "
