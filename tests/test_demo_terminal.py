@@ -98,25 +98,29 @@ def test_totals_after_kill_9_agree_with_the_server_log(tmp_path: Path) -> None:
 
 
 class Tmux:
-    """A tmux server of its own (``-L``) running one window; stopped at the end."""
+    """A tmux server of its own (``-L``) with one session at a time; stopped at the end."""
 
     def __init__(self, socket_name: str) -> None:
         binary = shutil.which("tmux")
         if binary is None:
             pytest.fail(f"tmux is not installed; the terminal tests need it: {INSTALL_TMUX}")
         self.base = [binary, "-L", socket_name]
+        self.session = ""
 
     def run(self, *args: str) -> str:
-        done = subprocess.run(
-            [*self.base, *args], capture_output=True, text=True, timeout=30, check=True
-        )
+        done = subprocess.run([*self.base, *args], capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0, (args, done.stderr)
         return done.stdout
 
-    def start(self, command: str) -> None:
-        self.run("new-session", "-d", "-s", "demo", "-x", "220", "-y", "60", command)
+    def start(self, name: str, command: str) -> None:
+        """Run ``command`` in a new 220x60 session ``name`` (the previous one is closed)."""
+        if self.session:
+            self.run("kill-session", "-t", self.session)
+        self.run("new-session", "-d", "-s", name, "-x", "220", "-y", "60", command)
+        self.session = name
 
     def screen(self) -> str:
-        return self.run("capture-pane", "-p", "-J", "-S", "-1000", "-t", "demo")
+        return self.run("capture-pane", "-p", "-J", "-S", "-1000", "-t", self.session)
 
     def wait_for(self, text: str, timeout: float) -> str:
         deadline = time.monotonic() + timeout
@@ -147,14 +151,14 @@ def test_ctrl_c_in_a_terminal_then_resume(tmp_path: Path, tmux: Tmux) -> None:
         f"demo --pages 600 --hosts 10 --job {job}"
     )
     # The pane stays after the demo exits, showing its exit code.
-    tmux.start(f"{demo}; echo exit=$?; sleep 600")
+    tmux.start("first", f"{demo}; echo exit=$?; sleep 600")
     tmux.wait_for("press Ctrl-C to stop", 60)
     time.sleep(2)  # let it run a little, as a person watching it would
     deadline = time.monotonic() + 60
     while sum(fetch_log(job).values()) < 30:  # a few seconds at the default pace
         assert time.monotonic() < deadline, tmux.screen()
         time.sleep(0.1)
-    tmux.run("send-keys", "-t", "demo", "C-c")
+    tmux.run("send-keys", "-t", "first", "C-c")
     # rich wraps long lines at the terminal's width: compare text, not lines.
     screen = " ".join(tmux.wait_for("exit=", 60).split())
     assert "stopping: letting the requests in flight finish" in screen
@@ -168,9 +172,8 @@ def test_ctrl_c_in_a_terminal_then_resume(tmp_path: Path, tmux: Tmux) -> None:
     assert int(stopped.group(1).replace(",", "")) == len(log) == sum(log.values())
     assert f"the server's log: {len(log):,} URLs" in screen
     assert "run the same command to resume" in screen
-    tmux.stop()
 
-    tmux.start(f"{demo} --fast; echo exit=$?; sleep 600")
+    tmux.start("again", f"{demo} --fast; echo exit=$?; sleep 600")
     screen = tmux.wait_for("exit=", 120)
     assert "exit=0" in screen, screen
     assert "(resumed)" in screen
