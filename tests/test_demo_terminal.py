@@ -7,7 +7,6 @@ whatever the stop, the counts the demo prints agree with the server's own log.
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import shutil
 import signal
@@ -98,13 +97,13 @@ def test_totals_after_kill_9_agree_with_the_server_log(tmp_path: Path) -> None:
 
 
 class Tmux:
-    """A tmux server of its own (``-L``) with one session at a time; stopped at the end."""
+    """A tmux server of its own (``-S socket``) with one session at a time; stopped at the end."""
 
-    def __init__(self, socket_name: str) -> None:
+    def __init__(self, socket: Path) -> None:
         binary = shutil.which("tmux")
         if binary is None:
             pytest.fail(f"tmux is not installed; the terminal tests need it: {INSTALL_TMUX}")
-        self.base = [binary, "-L", socket_name]
+        self.base = [binary, "-S", str(socket)]
         self.session = ""
 
     def run(self, *args: str) -> str:
@@ -136,8 +135,8 @@ class Tmux:
 
 
 @pytest.fixture
-def tmux() -> Iterator[Tmux]:
-    terminal = Tmux(f"crawlq-test-{os.getpid()}")
+def tmux(tmp_path: Path) -> Iterator[Tmux]:
+    terminal = Tmux(tmp_path / "tmux.sock")
     try:
         yield terminal
     finally:
