@@ -7,6 +7,7 @@ whatever the stop, the counts the demo prints agree with the server's own log.
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import shutil
 import signal
@@ -163,6 +164,7 @@ def test_ctrl_c_in_a_terminal_then_resume(tmp_path: Path, tmux: Tmux) -> None:
     assert "stopping: letting the requests in flight finish" in screen
     assert "exit=130" in screen
     assert "Traceback" not in screen
+    assert "WARNING" not in screen and "every task that took requests" not in screen
     log = fetch_log(job)
     stopped = re.search(r"stopped: ([\d,]+) of ([\d,]+) fetched", screen)
     assert stopped is not None, screen
@@ -181,3 +183,31 @@ def test_ctrl_c_in_a_terminal_then_resume(tmp_path: Path, tmux: Tmux) -> None:
     text = " ".join(screen.split())
     assert f"{len(log):,} fetches in all" in text  # nothing fetched twice
     assert "fetched exactly once, over 2 runs" in text
+
+
+# -- the first ./scripts/demo ------------------------------------------------------
+
+
+def test_the_first_run_of_the_scripts_says_it_is_building_the_venv(tmp_path: Path) -> None:
+    root = Path(__file__).parent.parent
+    # A stand-in for python3 whose venv and pip do nothing, so that only the
+    # script's own messages are exercised (the real install is what CI runs).
+    fake = tmp_path / "python3"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1 $2" = "-m venv" ]; then mkdir -p "$3/bin"; cp "$0" "$3/bin/python"; fi\n'
+        "exit 0\n"
+    )
+    fake.chmod(0o755)
+    work = tmp_path / "checkout"
+    (work / "scripts").mkdir(parents=True)
+    shutil.copy(root / "scripts" / "_venv.sh", work / "scripts" / "_venv.sh")
+    (work / "pyproject.toml").write_text("")
+    command = ["bash", "-c", "source scripts/_venv.sh && echo sourced"]
+    env = {**os.environ, "PYTHON": str(fake)}
+    first = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=60)
+    assert first.returncode == 0, first.stderr
+    assert first.stderr.startswith("first run: making a virtualenv in .venv")
+    assert ".venv is ready" in first.stderr
+    again = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=60)
+    assert (again.returncode, again.stdout, again.stderr) == (0, "sourced\n", "")
