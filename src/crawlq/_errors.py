@@ -113,8 +113,15 @@ class IncompatibleStore(StoreError):
     Raised at open for a file that is not a crawlq job, a job written by a
     newer crawlq (newer schema), or a job created with settings that must not
     change on resume (the fingerprint rules, LIFO order). Nothing is
-    overwritten; the message names the setting or the fix.
+    overwritten; the message names the setting or the fix. ``setting`` is the
+    name of the option that differs (``"lifo"``, ``"fingerprint"``,
+    ``"dedup"``), or None when the store is not usable at all (not crawlq's,
+    a newer format).
     """
+
+    def __init__(self, message: str, *, setting: str | None = None) -> None:
+        super().__init__(message)
+        self.setting = setting
 
 
 class CorruptStore(StoreError):

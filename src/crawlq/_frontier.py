@@ -76,6 +76,11 @@ class Frontier:
         return self._store.shared
 
     @property
+    def durable(self) -> bool:
+        """True if accepted requests outlive this process (SQLite jobs, Redis)."""
+        return self._store.durable
+
+    @property
     def fingerprinter(self) -> Fingerprinter:
         """The fingerprinter that decides which requests are duplicates."""
         return self._fingerprinter

@@ -525,3 +525,24 @@ def test_add_many_acks_the_parent_in_the_same_step(open_store: OpenFrontier) -> 
     with pytest.raises(crawlq.LeaseError):
         frontier.add_many([Request("https://b.example/")], ack=Request("https://c.example/"))
     assert frontier.add(Request("https://b.example/"))  # the refused batch stored nothing
+
+
+# -- what a store is ---------------------------------------------------------------
+
+
+def test_frontier_says_what_its_url_promised(open_store: OpenFrontier, store_url: str) -> None:
+    frontier = open_store()
+    kind = crawlq.store_kind(store_url)
+    assert (frontier.durable, frontier.shared) == (kind.durable, kind.shared)
+    assert kind.name in frontier.url or kind.name == "sqlite"
+
+
+def test_a_changed_setting_is_named_on_the_error(open_store: OpenFrontier) -> None:
+    frontier = open_store()
+    if not frontier.durable:
+        pytest.skip("a memory frontier starts empty: nothing to resume")
+    frontier.add(Request("https://a.example/"))
+    frontier.close()
+    with pytest.raises(crawlq.IncompatibleStore, match="lifo") as caught:
+        open_store(lifo=True)
+    assert caught.value.setting == "lifo"

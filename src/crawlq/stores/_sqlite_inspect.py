@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from .. import __version__
 from .._errors import StoreError
 from .._jobfile import HostReport, JobReport
 from .._request import Request, decode_request
+from .._version import __version__
 from ._sqlite_job import DATABASE_NAME, SCHEMA_VERSION, connect, job_path, translate
 from .sqlite import _ADD, _decode  # the log's format, kept in one place
 

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any, Final, NoReturn
 from urllib.parse import unquote
 
-from .. import __version__
 from .._errors import (
     ConfigError,
     CorruptStore,
@@ -27,6 +26,7 @@ from .._errors import (
     StoreError,
     StoreFull,
 )
+from .._version import __version__
 
 __all__ = [
     "APPLICATION_ID",
@@ -267,5 +267,6 @@ def check_settings(
         if stored is not None and json.loads(stored) != value:
             raise IncompatibleStore(
                 f"job {path} was created with {key}={stored}, not {json.dumps(value)}; "
-                f"resume it with the same {key}, or start a new job"
+                f"resume it with the same {key}, or start a new job",
+                setting=key,
             )

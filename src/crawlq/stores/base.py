@@ -104,6 +104,8 @@ class Store(Protocol):
     #: True if other processes may change the store (adds, acks) behind this
     #: one's back, so a waiting scheduler must look again now and then.
     shared: bool
+    #: True if accepted requests outlive the process (SQLite, Redis).
+    durable: bool
 
     def add(
         self, entries: Sequence[Entry], finished: Sequence[object] = (), *, lifo: bool | None = None

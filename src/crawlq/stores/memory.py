@@ -57,6 +57,7 @@ class MemoryStore:
     """
 
     needs_payload = False
+    durable = False
     shared = False
 
     def __init__(self, policy: Policy) -> None:

@@ -145,6 +145,7 @@ class RedisStore:
     """
 
     needs_payload = True
+    durable = True
     shared = True
 
     def __init__(
@@ -259,7 +260,8 @@ class RedisStore:
         if lifo != ("1" if policy.lifo else "0"):
             raise IncompatibleStore(
                 f"crawl {crawl!r} at {where} was created with lifo={lifo == '1'}; open it with "
-                f"lifo={lifo == '1'}, or use another crawl name (?crawl=NAME)"
+                f"lifo={lifo == '1'}, or use another crawl name (?crawl=NAME)",
+                setting="lifo",
             )
         if bloom_args[0] != "0" and bloom_args[:2] != [bits, hashes]:
             was = (
@@ -269,7 +271,8 @@ class RedisStore:
             )
             raise IncompatibleStore(
                 f"crawl {crawl!r} at {where} was created with {was}; its dedup cannot change: "
-                "open it with those settings (or none), or use another crawl name"
+                "open it with those settings (or none), or use another crawl name",
+                setting="dedup",
             )
         self._bloom_bits = int(bits or 0)
         self._bloom_hashes = int(hashes or 0)

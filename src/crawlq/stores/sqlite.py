@@ -158,6 +158,7 @@ class SqliteStore:
     """Requests, fingerprints, pacing and state of one job, in one SQLite file."""
 
     needs_payload = True
+    durable = True
     shared = False  # one process per job: the job lock sees to it
 
     def __init__(
