@@ -1,22 +1,36 @@
-"""Ordering and pacing shared by every store: the settings, and the slot board.
+"""Ordering, pacing and lease expiry shared by every store.
 
-`Policy` holds the settings, validated once. `Board` applies them to the hosts
-(slots) of a store that keeps its slots in this process: which slot's head
-request goes next, and when a paced slot becomes ready again.
+`Policy` holds the settings, validated once. `order_key` is the tie-break
+within a priority. `Board` applies the pacing to the hosts (slots) of a store
+that keeps its slots in this process: which slot's head request goes next, and
+when a paced slot becomes ready again. `LeaseDeadlines` tells when leases end.
+The Redis store runs the same rules in Lua (``stores/lua/lib.lua``); the
+conformance suite's golden pop orders check that every store agrees.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Container
 from dataclasses import dataclass, field
 from heapq import heapify, heappop, heappush, heapreplace
 from typing import Any, Final
 
 from ._errors import ConfigError
 
-__all__ = ["DELAYED", "IDLE", "READY", "Board", "Policy", "Slot"]
+__all__ = [
+    "DELAYED",
+    "IDLE",
+    "ORDER_SPAN",
+    "READY",
+    "Board",
+    "LeaseDeadlines",
+    "Policy",
+    "Slot",
+    "order_key",
+]
 
 
 def _number(name: str, value: Any, *, minimum: float, inclusive: bool) -> float:
@@ -64,6 +78,25 @@ class Policy:
             raise ConfigError(f"clock must be a callable returning seconds, not {self.clock!r}")
         object.__setattr__(self, "host_delay", float(self.host_delay))
         object.__setattr__(self, "lease_timeout", float(self.lease_timeout))
+
+
+#: Keys of requests added in the other order than the store's are moved by
+#: this much, past every key of the store's own order (an acceptance number
+#: never reaches it).
+ORDER_SPAN = 10**15
+
+
+def order_key(number: int, lifo: bool, store_lifo: bool) -> int:
+    """Return the tie-break key (lower first) of the ``number``-th accepted request.
+
+    FIFO-added requests count up, LIFO-added ones count down, and every
+    FIFO-added key is below every LIFO-added one, whichever order the store
+    has: a store's own keys are ``number`` (FIFO) or ``-number`` (LIFO), as
+    they always were, and the other kind is shifted by `ORDER_SPAN`.
+    """
+    if lifo:
+        return -number if store_lifo else ORDER_SPAN - number
+    return number - ORDER_SPAN if store_lifo else number
 
 
 # Where a slot is filed: in no heap (nothing queued, or at its concurrency
@@ -140,6 +173,15 @@ class Board:
             heappush(self._ready, (head[0], slot.leased, head[1], slot))
             if len(self._ready) > 2 * self._ready_slots + 64:
                 self._compact()
+
+    def refile(self, slot: Slot, now: float) -> None:
+        """File a slot again after its head or lease count changed.
+
+        A slot waiting out its delay stays where it is: its entry in the
+        delayed heap files it when the delay has passed.
+        """
+        if slot.state != DELAYED:
+            self.place(slot, now)
 
     def take(self, now: float) -> Slot | None:
         """Return the slot to pop from now, or None if no slot is ready.
@@ -228,3 +270,84 @@ def _live(entry: tuple[int, int, int, Slot]) -> bool:
 def _due(entry: tuple[float, str, Slot]) -> bool:
     slot = entry[2]
     return slot.state == DELAYED and slot.ready_at == entry[0]
+
+
+class LeaseDeadlines:
+    """When the leases of a store end, in pop order (one ``lease_timeout`` for all).
+
+    Holds ``deadline, lease, deadline, lease...`` flat in one deque (no pair
+    tuples: fewer objects on the hot path). ``current(lease)`` tells whether a
+    lease still holds its request; finished ones are dropped lazily from the
+    front, and the deque is compacted when one slow lease holds the front, so
+    memory stays bounded by the live leases.
+    """
+
+    __slots__ = ("_current", "_items", "_timeout")
+
+    def __init__(self, lease_timeout: float, current: Callable[[Any], bool]) -> None:
+        self._timeout = lease_timeout
+        self._current = current
+        self._items: deque[Any] = deque()
+
+    def add(self, lease: object, now: float) -> None:
+        """Record a lease taken at ``now``."""
+        items = self._items
+        items.append(now + self._timeout)
+        items.append(lease)
+
+    def due(self, now: float) -> bool:
+        """True if some lease (finished or not) has reached its deadline."""
+        items = self._items
+        return bool(items) and items[0] <= now
+
+    def expired(self, now: float) -> list[Any]:
+        """Remove and return the current leases whose deadline has passed, oldest first."""
+        items = self._items
+        current = self._current
+        out = []
+        while items and items[0] <= now:
+            items.popleft()
+            lease = items.popleft()
+            if current(lease):
+                out.append(lease)
+        return out
+
+    def finished(self, leases: Container[Any], live: int) -> None:
+        """Note that some leases ended; ``live`` is how many are still held.
+
+        Only an end of the oldest lease frees the front, so this trims only
+        then, or when the deque has grown well past the live leases.
+        """
+        items = self._items
+        if items and (items[1] in leases or len(items) > 4 * live + 2048):
+            self.trim(live)
+
+    def trim(self, live: int) -> None:
+        """Drop finished leases from the front; compact if the deque is large."""
+        self._drop_finished_front()
+        items = self._items
+        current = self._current
+        if len(items) > 4 * live + 2048:
+            pairs = iter(items)
+            kept: deque[Any] = deque()
+            for deadline, lease in zip(pairs, pairs, strict=True):
+                if current(lease):
+                    kept.append(deadline)
+                    kept.append(lease)
+            self._items = kept
+
+    def next_in(self, now: float) -> float | None:
+        """Seconds until the oldest current lease ends; None if none is held."""
+        self._drop_finished_front()
+        items = self._items
+        return max(0.0, items[0] - now) if items else None
+
+    def _drop_finished_front(self) -> None:
+        items = self._items
+        current = self._current
+        while items and not current(items[1]):
+            items.popleft()
+            items.popleft()
+
+    def __len__(self) -> int:
+        return len(self._items) // 2

@@ -546,3 +546,102 @@ def test_a_changed_setting_is_named_on_the_error(open_store: OpenFrontier) -> No
     with pytest.raises(crawlq.IncompatibleStore, match="lifo") as caught:
         open_store(lifo=True)
     assert caught.value.setting == "lifo"
+
+
+# -- golden pop orders -------------------------------------------------------------
+#
+# Each vector is a script and the exact pop order the store semantics give it
+# (stores/base.py; the Board in _policy.py; the Lua in stores/lua/ for Redis).
+# Worked out by hand from the rules, not recorded from a store: every store,
+# Redis included, must reproduce them exactly.
+#
+# Steps: ("add", [(url path, priority), ...], lifo or None), ("pop",) pops
+# and holds, ("pop+ack",) pops and acks at once, ("ack", path), ("release",
+# path), ("none",) expects nothing ready. Hosts are the first path letter.
+
+_ADDS = ("add", [("a/1", 0), ("b/1", 0), ("a/2", 5), ("c/1", 0), ("b/2", 5), ("a/3", 0)], None)
+
+GOLDEN: dict[str, tuple[dict[str, object], list[tuple[object, ...]], list[str]]] = {
+    # Held leases: priority first, then the host with fewest leases, then age.
+    "fewest leases break ties": (
+        {},
+        [_ADDS, *[("pop",)] * 6, ("none",)],
+        ["a/2", "b/2", "c/1", "a/1", "b/1", "a/3"],
+    ),
+    # Acked at once, no host holds a lease: priority, then first in first out.
+    "fifo within a priority": (
+        {},
+        [_ADDS, *[("pop+ack",)] * 6, ("none",)],
+        ["a/2", "b/2", "a/1", "b/1", "c/1", "a/3"],
+    ),
+    "lifo within a priority": (
+        {"lifo": True},
+        [_ADDS, *[("pop+ack",)] * 6, ("none",)],
+        ["b/2", "a/2", "a/3", "c/1", "b/1", "a/1"],
+    ),
+    # FIFO-added oldest first, then LIFO-added newest first, at one priority.
+    "batches of both orders": (
+        {},
+        [
+            ("add", [("x/1", 0), ("x/2", 0)], False),
+            ("add", [("x/3", 0), ("x/4", 0)], True),
+            ("add", [("x/5", 0)], None),
+            ("add", [("x/6", 1)], True),
+            *[("pop+ack",)] * 6,
+        ],
+        ["x/6", "x/1", "x/2", "x/5", "x/4", "x/3"],
+    ),
+    # A host at its concurrency limit is skipped until a lease ends; a
+    # released request goes back to its own place.
+    "concurrency and release": (
+        {"host_concurrency": 1},
+        [
+            ("add", [("a/1", 0), ("a/2", 0), ("b/1", 0), ("b/2", 9)], None),
+            ("pop",),
+            ("pop",),
+            ("none",),
+            ("release", "b/2"),
+            ("pop",),
+            ("none",),
+            ("ack", "a/1"),
+            ("pop",),
+            ("ack", "b/2"),
+            ("pop",),
+            ("none",),
+        ],
+        ["b/2", "a/1", "b/2", "a/2", "b/1"],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(GOLDEN))
+def test_golden_pop_order(open_store: OpenFrontier, name: str) -> None:
+    options, steps, expected = GOLDEN[name]
+    frontier = open_store(**options)
+    held: dict[str, Request] = {}
+    popped: list[str] = []
+    for step in steps:
+        kind = step[0]
+        if kind == "add":
+            _, batch, lifo = step
+            requests = [
+                Request(f"https://{path[0]}.example/{path}", priority=priority)
+                for path, priority in batch  # type: ignore[attr-defined]
+            ]
+            assert all(frontier.add_many(requests, lifo=lifo))  # type: ignore[arg-type]
+        elif kind in ("pop", "pop+ack"):
+            request = frontier.pop()
+            assert request is not None, f"nothing ready after {popped}"
+            path = request.url.split("/", 3)[3]
+            popped.append(path)
+            if kind == "pop+ack":
+                frontier.ack(request)
+            else:
+                held[path] = request
+        elif kind == "none":
+            assert frontier.pop() is None, f"something ready after {popped}"
+        elif kind == "ack":
+            frontier.ack(held.pop(str(step[1])))
+        else:
+            frontier.release(held.pop(str(step[1])))
+    assert popped == expected

@@ -31,6 +31,7 @@ from .._version import __version__
 __all__ = [
     "APPLICATION_ID",
     "SCHEMA_VERSION",
+    "Guard",
     "JobLock",
     "check_header",
     "check_settings",
@@ -135,6 +136,40 @@ class JobLock:
                 os.ftruncate(self._fd, 0)
             os.close(self._fd)  # closing drops the flock
             self._fd = None
+
+
+class Guard:
+    """Every SQL statement of an open job runs under its guard.
+
+    It refuses to start once the job met damage (``damaged``); turns sqlite3
+    errors into crawlq's; marks the job damaged on `CorruptStore`. A plain
+    context manager, not a generator: it runs several times per request.
+    """
+
+    __slots__ = ("damaged", "path")
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        #: True once an operation met damage: nothing is written after it.
+        self.damaged = False
+
+    def __enter__(self) -> None:
+        if self.damaged:
+            raise CorruptStore(f"job {self.path} is damaged; it was not written since")
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: Any
+    ) -> None:
+        if error is None:
+            return
+        try:
+            if isinstance(error, sqlite3.Error):
+                raise_translated(self.path, error)
+        except CorruptStore:
+            self.damaged = True
+            raise
+        if isinstance(error, CorruptStore):
+            self.damaged = True
 
 
 @contextlib.contextmanager

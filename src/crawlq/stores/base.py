@@ -20,7 +20,7 @@ Order
     out (last accepted, first out with ``lifo``). A batch added with the
     other order (``add(..., lifo=)``) keeps that order among its kind, and
     at equal priority every request added FIFO comes before every request
-    added LIFO (`order_key`). A released or expired request keeps its
+    added LIFO (``crawlq._policy.order_key``). A released or expired request keeps its
     original place. A host is not ready while ``host_delay`` has not
     elapsed since its last pop, or while it has ``host_concurrency`` leases.
 
@@ -52,26 +52,7 @@ from typing import Any, NamedTuple, Protocol
 
 from .._request import Request
 
-__all__ = ["ORDER_SPAN", "Entry", "HostCount", "Store", "StoreCounts", "order_key"]
-
-#: Keys of requests added in the other order than the store's are moved by
-#: this much, past every key of the store's own order (an acceptance number
-#: never reaches it).
-ORDER_SPAN = 10**15
-
-
-def order_key(number: int, lifo: bool, store_lifo: bool) -> int:
-    """Return the tie-break key (lower first) of the ``number``-th accepted request.
-
-    FIFO-added requests count up, LIFO-added ones count down, and every
-    FIFO-added key is below every LIFO-added one, whichever order the store
-    has: a store's own keys are ``number`` (FIFO) or ``-number`` (LIFO), as
-    they always were, and the other kind is shifted by `ORDER_SPAN`.
-    """
-    if lifo:
-        return -number if store_lifo else ORDER_SPAN - number
-    return number - ORDER_SPAN if store_lifo else number
-
+__all__ = ["Entry", "HostCount", "Store", "StoreCounts"]
 
 #: A validated request ready to store: ``(fingerprint, host, request,
 #: payload)``. ``payload`` is the encoded request for stores that keep bytes

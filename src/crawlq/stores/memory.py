@@ -11,17 +11,16 @@ matches a later lease. Lease deadlines arrive in pop order (one
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Mapping, Sequence
 from heapq import heappop, heappush
 from typing import Any, Final, cast
 
 from .._errors import ConfigError, LeaseError
 from .._fingerprint import Fingerprinter
-from .._policy import DELAYED, Board, Policy, Slot
+from .._policy import Board, LeaseDeadlines, Policy, Slot, order_key
 from .._request import Request
 from .._seen import FingerprintSet
-from .base import Entry, HostCount, StoreCounts, order_key
+from .base import Entry, HostCount, StoreCounts
 
 __all__ = ["OPTIONS", "MemoryStore", "open_store"]
 
@@ -62,15 +61,12 @@ class MemoryStore:
 
     def __init__(self, policy: Policy) -> None:
         self._clock = policy.clock
-        self._lease_timeout = policy.lease_timeout
         self._lifo = policy.lifo
         self._hosts: dict[str, _Host] = {}
         self._board = Board(policy, self._forget)
-        # order -> the item leased under it. The deque holds deadline, item,
-        # deadline, item... in pop order (no pair tuples: fewer objects for
-        # the garbage collector to track on the hot path).
+        # order -> the item leased under it.
         self._leases: dict[int, _Item] = {}
-        self._deadlines: deque[Any] = deque()
+        self._deadlines = LeaseDeadlines(policy.lease_timeout, self._holds)
         self._seen = FingerprintSet()
         self._accepted = 0
         self._queued = 0
@@ -78,6 +74,9 @@ class MemoryStore:
 
     def _forget(self, slot: Slot) -> None:
         del self._hosts[slot.name]
+
+    def _holds(self, item: _Item) -> bool:
+        return self._leases.get(item[1]) is item
 
     # -- adding ---------------------------------------------------------------
 
@@ -109,8 +108,7 @@ class MemoryStore:
             self._queued += 1
             if queue[0] is item:
                 host.head = item
-                if host.state != DELAYED:
-                    self._board.place(host, self._clock())
+                self._board.refile(host, self._clock())
             added.append(True)
         if finished:
             self.ack(finished)
@@ -121,8 +119,9 @@ class MemoryStore:
     def pop(self) -> Request | None:
         now = self._clock()
         deadlines = self._deadlines
-        if deadlines and deadlines[0] <= now:
-            self._expire(now)
+        if deadlines.due(now):
+            for item in deadlines.expired(now):
+                self._end_lease(item, requeue=True, now=now, expired=True)
         board = self._board
         slot = board.take(now)
         if slot is None:
@@ -134,20 +133,10 @@ class MemoryStore:
         board.popped(host, now)
         self._queued -= 1
         self._leases[item[1]] = item
-        deadlines.append(now + self._lease_timeout)
-        deadlines.append(item)
+        deadlines.add(item, now)
         request = item[2]
         request._lease = item
         return request
-
-    def _expire(self, now: float) -> None:
-        deadlines = self._deadlines
-        leases = self._leases
-        while deadlines and deadlines[0] <= now:
-            deadlines.popleft()
-            item = deadlines.popleft()
-            if leases.get(item[1]) is item:
-                self._end_lease(item, requeue=True, now=now, expired=True)
 
     # -- finishing ------------------------------------------------------------
 
@@ -156,20 +145,14 @@ class MemoryStore:
         now = self._clock()
         for lease in leases:
             self._end_lease(lease, requeue=False, now=now)
-        deadlines = self._deadlines
-        # Only an ack of the oldest lease frees the front; the size test keeps
-        # the deque bounded when one slow lease holds the front.
-        if deadlines and (
-            deadlines[1] in leases or len(deadlines) > 4 * len(self._leases) + 2048
-        ):
-            self._trim_deadlines()
+        self._deadlines.finished(leases, len(self._leases))
 
     def release(self, leases: Sequence[object]) -> None:
         _check_handed_out(leases)
         now = self._clock()
         for lease in leases:
             self._end_lease(lease, requeue=True, now=now)
-        self._trim_deadlines()
+        self._deadlines.trim(len(self._leases))
 
     def _end_lease(self, lease: Any, *, requeue: bool, now: float, expired: bool = False) -> None:
         if type(lease) is not tuple or len(lease) != 4:
@@ -190,26 +173,8 @@ class MemoryStore:
             heappush(host.queue, (item[0], item[1], request, host))
             host.head = host.queue[0]
             self._queued += 1
-        if host.state != DELAYED:
-            # Its key (fewest leases) or its eligibility (concurrency) changed.
-            self._board.place(host, now)
-
-    def _trim_deadlines(self) -> None:
-        # Deadlines of finished leases are dropped lazily from the front; if
-        # one slow lease holds the front, compact so memory stays bounded.
-        deadlines = self._deadlines
-        leases = self._leases
-        while deadlines and leases.get(deadlines[1][1]) is not deadlines[1]:
-            deadlines.popleft()
-            deadlines.popleft()
-        if len(deadlines) > 4 * len(leases) + 2048:
-            pairs = iter(deadlines)
-            kept: deque[Any] = deque()
-            for deadline, item in zip(pairs, pairs, strict=True):
-                if leases.get(item[1]) is item:
-                    kept.append(deadline)
-                    kept.append(item)
-            self._deadlines = kept
+        # Its key (fewest leases) or its eligibility (concurrency) changed.
+        self._board.refile(host, now)
 
     # -- reading --------------------------------------------------------------
 
@@ -232,9 +197,8 @@ class MemoryStore:
             return None
         now = self._clock()
         soonest = self._board.next_ready_in(now)
-        self._trim_deadlines()
-        if self._deadlines:
-            expiry = max(0.0, self._deadlines[0] - now)
+        expiry = self._deadlines.next_in(now)
+        if expiry is not None:
             soonest = expiry if soonest is None else min(soonest, expiry)
         return soonest
 
