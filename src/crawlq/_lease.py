@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Final, final
 
-__all__ = ["Lease", "NOT_HANDED_OUT"]
+__all__ = ["NOT_HANDED_OUT", "Lease"]
 
 #: The message of the `LeaseError` for anything that is not a lease of this
 #: frontier's store.

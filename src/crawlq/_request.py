@@ -119,8 +119,11 @@ class Request:
     errback: str | None
     dont_filter: bool
     depth: int
-    # Store-specific handle of the lease this request was handed out under;
-    # None until a frontier's pop() returns it.
+    # The `crawlq._lease.Lease` this request was handed out under (a store
+    # may mark a queued object with something else); None until popped. It
+    # rides on the request because ack(request) must tell "acked twice"
+    # (harmless) from "never popped" (LeaseError) without the frontier keeping
+    # a record of every request it ever handed out.
     _lease: object
 
     def __init__(

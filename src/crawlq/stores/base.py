@@ -8,10 +8,13 @@ must guarantee is written here once, and the conformance suite in
 
 Lifecycle
     ``queued -> leased(deadline) -> done``. `Store.pop` leases the request it
-    returns and sets ``request._lease`` to a store-specific handle; `Store.ack`
-    finishes it; `Store.release` puts it back in its place; a lease whose
-    deadline (``lease_timeout`` after the pop) has passed comes back by itself.
-    Acking or releasing a lease that expired, or was already acked, does
+    returns and sets ``request._lease`` to a `crawlq._lease.Lease` carrying
+    the store's ``origin`` and its own handle; `Frontier` refuses requests
+    without such a lease, and hands the handles of the rest to `Store.ack`
+    (finishes them) or `Store.release` (puts them back in their places). A
+    lease whose deadline (``lease_timeout`` after the pop) has passed comes
+    back by itself. Acking or releasing a handle whose lease expired, was
+    already acked, or was handed out before the store was reopened, does
     nothing: delivery is at-least-once.
 
 Order
@@ -25,6 +28,7 @@ Order
     elapsed since its last pop, or while it has ``host_concurrency`` leases.
 
 Deduplication
+    Fingerprints reach a store as 16 bytes (`Frontier` cuts longer ones).
     `Store.add` checks and records the fingerprint and enqueues in one atomic
     step; ``dont_filter`` requests skip the check and are not recorded (as in
     Scrapy). A duplicate is never enqueued; a new fingerprint is never reported
@@ -87,6 +91,9 @@ class Store(Protocol):
     shared: bool
     #: True if accepted requests outlive the process (SQLite, Redis).
     durable: bool
+    #: Names this store in its leases (`crawlq._lease.Lease.origin`): a lease
+    #: is accepted by a frontier whose store has the same origin.
+    origin: str
 
     def add(
         self, entries: Sequence[Entry], finished: Sequence[object] = (), *, lifo: bool | None = None
@@ -104,7 +111,7 @@ class Store(Protocol):
         ...
 
     def ack(self, leases: Sequence[object]) -> None:
-        """Finish the leased requests behind these handles."""
+        """Finish the leased requests behind these handles (ended ones: nothing)."""
         ...
 
     def release(self, leases: Sequence[object]) -> None:

@@ -15,8 +15,9 @@ from collections.abc import Mapping, Sequence
 from heapq import heappop, heappush
 from typing import Any, Final, cast
 
-from .._errors import ConfigError, LeaseError
+from .._errors import ConfigError
 from .._fingerprint import Fingerprinter
+from .._lease import Lease
 from .._policy import Board, LeaseDeadlines, Policy, Slot, order_key
 from .._request import Request
 from .._seen import FingerprintSet
@@ -60,6 +61,7 @@ class MemoryStore:
     shared = False
 
     def __init__(self, policy: Policy) -> None:
+        self.origin = f"memory://#{id(self):x}"  # each memory store is its own
         self._clock = policy.clock
         self._lifo = policy.lifo
         self._hosts: dict[str, _Host] = {}
@@ -135,28 +137,24 @@ class MemoryStore:
         self._leases[item[1]] = item
         deadlines.add(item, now)
         request = item[2]
-        request._lease = item
+        request._lease = Lease(self.origin, item)
         return request
 
     # -- finishing ------------------------------------------------------------
 
     def ack(self, leases: Sequence[object]) -> None:
-        _check_handed_out(leases)
         now = self._clock()
         for lease in leases:
             self._end_lease(lease, requeue=False, now=now)
         self._deadlines.finished(leases, len(self._leases))
 
     def release(self, leases: Sequence[object]) -> None:
-        _check_handed_out(leases)
         now = self._clock()
         for lease in leases:
             self._end_lease(lease, requeue=True, now=now)
         self._deadlines.trim(len(self._leases))
 
     def _end_lease(self, lease: Any, *, requeue: bool, now: float, expired: bool = False) -> None:
-        if type(lease) is not tuple or len(lease) != 4:
-            return
         item = self._leases.get(lease[1])
         if item is None or item is not lease:
             return  # already acked, released or expired (at-least-once), or not ours
@@ -217,7 +215,11 @@ class MemoryStore:
 
 
 class _Queued:
-    """Marks a request object that is queued in a memory store."""
+    """Marks a request object that is queued in a memory store.
+
+    A second ``add`` of the same object (``dont_filter``) then stores a copy,
+    so each has its own lease; acking it raises (it is not a `Lease`).
+    """
 
     __slots__ = ()
 
@@ -226,11 +228,3 @@ class _Queued:
 
 
 _QUEUED: Final = _Queued()
-
-
-def _check_handed_out(leases: Sequence[object]) -> None:
-    if _QUEUED in leases:
-        raise LeaseError(
-            "that request is queued, not handed out (it was never popped, or was "
-            "released); only requests returned by pop() can be acked or released"
-        )

@@ -60,6 +60,7 @@ import msgspec
 
 from .._errors import CorruptStore, IncompatibleStore, StoreError
 from .._fingerprint import Fingerprinter
+from .._lease import Lease
 from .._policy import Policy
 from .._request import Request, decode_request, encode_request
 from ._redis_admin import Inspection, host_counts, inspect, purge
@@ -157,6 +158,8 @@ class RedisStore:
         settings: Settings,
     ) -> None:
         self._location = location
+        # Any frontier on the same crawl may finish a lease: the server checks it.
+        self.origin = f"{location.display.partition('?')[0]}#{location.prefix}"
         self._prefix = location.prefix.encode()
         self._link = Link(location, client, settings.retry_timeout)
         self._functions = {
@@ -340,9 +343,9 @@ class RedisStore:
             b"%d" % len(buffer),
         ]
         for request, _ in buffer:
-            lease = request._lease
-            args.append(lease[0])  # type: ignore[index]
-            args.append(lease[1])  # type: ignore[index]
+            handle = request._lease.handle  # type: ignore[attr-defined]
+            args.append(handle[0])
+            args.append(handle[1])
         args.extend(extra)
         # FCALL, function, 1, prefix, owner, call number, 3 policy arguments.
         start = b"*%d\r\n%b" % (9 + len(args), head)
@@ -371,7 +374,7 @@ class RedisStore:
         items = iter(reply[2:])
         for id_, token, host, payload in zip(items, items, items, items, strict=True):
             request = decode_request(payload)
-            request._lease = (id_, token, host)
+            request._lease = Lease(self.origin, (id_, token, host))
             buffer.append((request, host))
         self._buffer = buffer
         self._fetched_at = time.monotonic()
@@ -496,7 +499,7 @@ class RedisStore:
         found: list[bool] = []
         # A few thousand at a time: Lua unpacks them onto its stack.
         for i in range(0, len(fingerprints), _FINISH_CHUNK):
-            chunk = [bytes(f[:16]) for f in fingerprints[i : i + _FINISH_CHUNK]]
+            chunk = list(fingerprints[i : i + _FINISH_CHUNK])
             reply = self._read(
                 b"seen", b"%d" % self._bloom_bits, b"%d" % self._bloom_hashes, *chunk
             )

@@ -31,8 +31,9 @@ from pathlib import Path
 from typing import Any, Final, cast
 
 from .._bloom import BloomFilter
-from .._errors import ConfigError, FrontierClosed, LeaseError, StoreError
+from .._errors import ConfigError, FrontierClosed, StoreError
 from .._fingerprint import Fingerprinter
+from .._lease import Lease
 from .._policy import Board, Policy, Slot, order_key
 from .._request import Request, decode_request
 from . import _sqlite_log as log
@@ -80,6 +81,7 @@ class SqliteStore:
         self, path: Path, policy: Policy, fingerprinter: Fingerprinter, *, synchronous: str
     ) -> None:
         self.path = path
+        self.origin = f"sqlite:///{path}"
         self._policy = policy
         # Pacing times outlive the process, so they must be wall-clock times.
         self._clock = time.time if policy.clock is time.monotonic else policy.clock
@@ -197,7 +199,7 @@ class SqliteStore:
             for fingerprint, host_name, request, payload in entries:
                 stored: bytes | None = None
                 if not request.dont_filter:
-                    stored = fingerprint[:16]
+                    stored = fingerprint
                     if stored in batch_fingerprints or seen_before(stored, bloom):
                         added.append(False)
                         continue
@@ -298,7 +300,8 @@ class SqliteStore:
 
     def _lease(self, host: Host, row: Row, now: float) -> Request:
         request = decode_request(row[3])
-        request._lease = self._leases.take(self, host, row[0], (row[1], row[2]), now)
+        handle = self._leases.take(self, host, row[0], (row[1], row[2]), now)
+        request._lease = Lease(self.origin, handle)
         return request
 
     def _requeue(self, row_id: int, now: float) -> None:
@@ -314,19 +317,13 @@ class SqliteStore:
 
     # -- finishing ------------------------------------------------------------
 
-    def _current(self, leases: Sequence[object]) -> list[int]:
-        """Row ids of the handles that still name their lease; stale ones are dropped."""
-        handles = []
-        for lease in leases:
-            if type(lease) is not tuple or len(lease) != 3 or lease[0] is not self:
-                if isinstance(lease, tuple) and lease and _same_job(lease[0], self):
-                    continue  # handed out before the job was reopened: that lease ended
-                raise LeaseError(
-                    f"{lease!r} is not a lease of this frontier; only requests returned "
-                    "by this frontier's pop() can be acked or released"
-                )
-            handles.append(lease)
-        return self._leases.current(handles)
+    def _current(self, leases: Sequence[Any]) -> list[int]:
+        """Row ids of the handles that still name their lease; ended ones are dropped.
+
+        A handle of an earlier opening of this job names a lease that ended
+        when that opening closed.
+        """
+        return self._leases.current([lease for lease in leases if lease[0] is self])
 
     def ack(self, leases: Sequence[object]) -> None:
         self._check_open()
@@ -368,7 +365,7 @@ class SqliteStore:
         bloom = self._seen_filter.now()
         seen_before = self._seen_before
         with self._guard:
-            return [seen_before(fingerprint[:16], bloom) for fingerprint in fingerprints]
+            return [seen_before(fingerprint, bloom) for fingerprint in fingerprints]
 
     def counts(self) -> StoreCounts:
         self._check_open()
@@ -439,7 +436,3 @@ class SqliteStore:
             self._seen_filter.join(timeout=5)
             self._db.close()
             self._lock.release()
-
-
-def _same_job(owner: object, store: SqliteStore) -> bool:
-    return isinstance(owner, SqliteStore) and owner.path == store.path
