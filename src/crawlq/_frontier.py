@@ -217,8 +217,8 @@ class Frontier:
             raise FrontierClosed(f"frontier {self.url} is closed")
         return self._store_pop()
 
-    def _leases(self, requests: Iterable[Request]) -> list[object]:
-        """The store handles of these requests' leases: the one check of a lease.
+    def _leases(self, requests: Iterable[Request]) -> list[Lease]:
+        """These requests' leases, for the store: the one check of a lease.
 
         Raises `LeaseError` for a request that carries no lease of this
         frontier's store (never popped, queued again, or popped elsewhere).
@@ -230,9 +230,9 @@ class Frontier:
         handles = []
         for request in requests:
             lease = getattr(request, "_lease", None)
-            if type(lease) is not Lease or (lease.origin is not origin and lease.origin != origin):
+            if type(lease) is not Lease or (lease[-1] is not origin and lease[-1] != origin):
                 raise LeaseError(NOT_HANDED_OUT.format(request=request))
-            handles.append(lease.handle)
+            handles.append(lease)
         return handles
 
     def ack(self, request: Request) -> None:
@@ -243,8 +243,8 @@ class Frontier:
         request that was never handed out by this frontier.
         """
         lease = getattr(request, "_lease", None)
-        if type(lease) is Lease and lease.origin is self._origin and not self._closed:
-            self._store.ack((lease.handle,))
+        if type(lease) is Lease and lease[-1] is self._origin and not self._closed:
+            self._store.ack((lease,))
         else:
             self._store.ack(self._leases((request,)))
 

@@ -1,10 +1,10 @@
-"""`Lease`: a popped request's claim on the store that handed it out."""
+"""`Lease`: a store's record of one lease, checked by the frontier layer."""
 
 from __future__ import annotations
 
-from typing import Any, Final, final
+from typing import Any, Final
 
-__all__ = ["NOT_HANDED_OUT", "Lease"]
+__all__ = ["NOT_HANDED_OUT", "Lease", "new_lease"]
 
 #: The message of the `LeaseError` for anything that is not a lease of this
 #: frontier's store.
@@ -15,30 +15,34 @@ NOT_HANDED_OUT: Final = (
 )
 
 
-@final
-class Lease:
-    """A popped request's claim on the store that handed it out; immutable.
+class Lease(tuple[Any, ...]):
+    """A store's record of one lease of one request; immutable, last item its origin.
 
-    A store's ``pop`` makes one and the request carries it (in a private slot)
-    until it is popped again; `Frontier` checks it once, on ``ack`` and
-    ``release``: a lease whose ``origin`` is not its store's is refused with
-    `LeaseError`. ``handle`` is the store's own record of the lease; a store
-    treats a handle whose lease already ended (acked, released, expired, or
+    Every store's ``pop`` puts one on the request it returns (a private slot)
+    and the request carries it until it is popped again. The items before the
+    last are the store's own (the memory store's heap entry, SQLite's row,
+    Redis's lease id and token); the last is the store's ``origin``.
+    `Frontier` checks it once, on ``ack`` and ``release``: a request without
+    a lease whose origin is its store's is refused with `LeaseError`; the
+    store treats a lease that already ended (acked, released, expired, or
     from before the store was reopened) as done, which at-least-once delivery
     allows.
+
+    A tuple subclass, made with ``new_lease(Lease, (..., origin))``: the memory
+    store's heap entries are leases themselves, so popping makes no object,
+    and a tuple is the cheapest immutable object Python makes.
     """
 
-    __slots__ = ("handle", "origin")
+    __slots__ = ()
 
-    handle: Any
-    origin: str
-
-    def __init__(self, origin: str, handle: Any) -> None:
-        object.__setattr__(self, "origin", origin)
-        object.__setattr__(self, "handle", handle)
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError("a Lease cannot be changed")
+    @property
+    def origin(self) -> str:
+        """The `Store.origin` of the store that made it."""
+        return str(self[-1])
 
     def __repr__(self) -> str:
-        return f"<Lease of {self.origin}>"
+        return f"<Lease of {self[-1]}>"
+
+
+#: Makes a `Lease` without a Python-level constructor: ``new_lease(Lease, items)``.
+new_lease: Final = tuple.__new__

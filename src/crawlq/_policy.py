@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass, field
 from heapq import heapify, heappop, heappush, heapreplace
 from typing import Any, Final
@@ -151,8 +151,15 @@ class Board:
         self._ready_slots = 0
 
     def place(self, slot: Slot, now: float) -> None:
-        """File a slot where its state calls for, after any change to it."""
-        if slot.state == READY:
+        """File a slot where its state calls for, after any change to its head or leases.
+
+        A slot waiting out its delay stays where it is: its entry in the
+        delayed heap files it again when the delay has passed.
+        """
+        state = slot.state
+        if state == DELAYED:
+            return
+        if state == READY:
             self._ready_slots -= 1
         head = slot.head
         if head is None or slot.leased >= self._concurrency:
@@ -173,15 +180,6 @@ class Board:
             heappush(self._ready, (head[0], slot.leased, head[1], slot))
             if len(self._ready) > 2 * self._ready_slots + 64:
                 self._compact()
-
-    def refile(self, slot: Slot, now: float) -> None:
-        """File a slot again after its head or lease count changed.
-
-        A slot waiting out its delay stays where it is: its entry in the
-        delayed heap files it when the delay has passed.
-        """
-        if slot.state != DELAYED:
-            self.place(slot, now)
 
     def take(self, now: float) -> Slot | None:
         """Return the slot to pop from now, or None if no slot is ready.
@@ -251,7 +249,9 @@ class Board:
         while delayed and delayed[0][0] <= now:
             entry = heappop(delayed)
             if _due(entry):
-                self.place(entry[2], now)
+                slot = entry[2]
+                slot.state = IDLE  # its delay has passed: file it anew
+                self.place(slot, now)
 
     def _compact(self) -> None:
         live = {id(entry[3]): entry for entry in self._ready if _live(entry)}
@@ -275,79 +275,71 @@ def _due(entry: tuple[float, str, Slot]) -> bool:
 class LeaseDeadlines:
     """When the leases of a store end, in pop order (one ``lease_timeout`` for all).
 
-    Holds ``deadline, lease, deadline, lease...`` flat in one deque (no pair
-    tuples: fewer objects on the hot path). ``current(lease)`` tells whether a
-    lease still holds its request; finished ones are dropped lazily from the
-    front, and the deque is compacted when one slow lease holds the front, so
-    memory stays bounded by the live leases.
+    A store keeps its current leases in a dict, ``held[lease[key]] is lease``
+    (a new lease of the same request is a new object). ``items`` holds
+    ``deadline, lease, deadline, lease...`` flat in one deque (no pair tuples:
+    fewer objects on the hot path); a store's pop may append a pair itself
+    (`add` is the same, as a call). Ended leases are dropped lazily from the
+    front, and the deque is compacted in place when one slow lease holds the
+    front, so memory stays bounded by the live leases.
     """
 
-    __slots__ = ("_current", "_items", "_timeout")
+    __slots__ = ("_held", "_key", "items", "timeout")
 
-    def __init__(self, lease_timeout: float, current: Callable[[Any], bool]) -> None:
-        self._timeout = lease_timeout
-        self._current = current
-        self._items: deque[Any] = deque()
+    def __init__(self, lease_timeout: float, held: Mapping[Any, Any], key: int) -> None:
+        #: Seconds a lease lasts.
+        self.timeout = lease_timeout
+        self._held = held
+        self._key = key
+        #: ``deadline, lease`` pairs in pop order; the same deque for life.
+        self.items: deque[Any] = deque()
 
     def add(self, lease: object, now: float) -> None:
         """Record a lease taken at ``now``."""
-        items = self._items
-        items.append(now + self._timeout)
+        items = self.items
+        items.append(now + self.timeout)
         items.append(lease)
-
-    def due(self, now: float) -> bool:
-        """True if some lease (finished or not) has reached its deadline."""
-        items = self._items
-        return bool(items) and items[0] <= now
 
     def expired(self, now: float) -> list[Any]:
         """Remove and return the current leases whose deadline has passed, oldest first."""
-        items = self._items
-        current = self._current
+        items = self.items
+        held = self._held
+        key = self._key
         out = []
         while items and items[0] <= now:
             items.popleft()
             lease = items.popleft()
-            if current(lease):
+            if held.get(lease[key]) is lease:
                 out.append(lease)
         return out
 
-    def finished(self, leases: Container[Any], live: int) -> None:
-        """Note that some leases ended; ``live`` is how many are still held.
+    def trim(self, ended: Container[Any] = ()) -> None:
+        """Drop ended leases from the front; compact if the deque is large.
 
-        Only an end of the oldest lease frees the front, so this trims only
-        then, or when the deque has grown well past the live leases.
+        ``ended`` holds leases that just ended: as only an end of the oldest
+        lease frees the front, the front is looked at only then (or with no
+        ``ended`` given), and the size checked every time.
         """
-        items = self._items
-        if items and (items[1] in leases or len(items) > 4 * live + 2048):
-            self.trim(live)
-
-    def trim(self, live: int) -> None:
-        """Drop finished leases from the front; compact if the deque is large."""
-        self._drop_finished_front()
-        items = self._items
-        current = self._current
-        if len(items) > 4 * live + 2048:
-            pairs = iter(items)
-            kept: deque[Any] = deque()
+        items = self.items
+        held = self._held
+        key = self._key
+        if items and (not ended or items[1] in ended):
+            while items and held.get(items[1][key]) is not items[1]:
+                items.popleft()
+                items.popleft()
+        if len(items) > 4 * len(held) + 2048:
+            pairs = iter(list(items))
+            items.clear()
             for deadline, lease in zip(pairs, pairs, strict=True):
-                if current(lease):
-                    kept.append(deadline)
-                    kept.append(lease)
-            self._items = kept
+                if held.get(lease[key]) is lease:
+                    items.append(deadline)
+                    items.append(lease)
 
     def next_in(self, now: float) -> float | None:
         """Seconds until the oldest current lease ends; None if none is held."""
-        self._drop_finished_front()
-        items = self._items
+        self.trim()
+        items = self.items
         return max(0.0, items[0] - now) if items else None
 
-    def _drop_finished_front(self) -> None:
-        items = self._items
-        current = self._current
-        while items and not current(items[1]):
-            items.popleft()
-            items.popleft()
-
     def __len__(self) -> int:
-        return len(self._items) // 2
+        return len(self.items) // 2

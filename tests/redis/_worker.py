@@ -47,7 +47,7 @@ def main() -> None:
                 time.sleep(0.02)
                 continue
             popped = time.time()
-            deadline = admin.zscore(leases, request._lease.handle[0])  # type: ignore[index]
+            deadline = admin.zscore(leases, request._lease[0])  # type: ignore[index]
             log.write(f"S {request.url} {popped:.6f} {deadline}\n")
             if done == args.hang_after:
                 log.write("HANG\n")

@@ -396,7 +396,7 @@ def test_children_then_their_parents_acks(url: str, monkeypatch: pytest.MonkeyPa
     parents = [r for r in iter(frontier.pop, None)]
     store = frontier._store
     children = [Request(f"https://h{i}.example/child") for i in range(3)]
-    handles = [p._lease.handle for p in parents]
+    handles = [p._lease for p in parents]
     assert store.add([frontier._entry(c) for c in children], handles) == [True] * 3
     stats = frontier.stats()
     assert (stats.queued, stats.leased) == (3, 0)

@@ -17,7 +17,7 @@ from typing import Any, Final, cast
 
 from .._errors import ConfigError
 from .._fingerprint import Fingerprinter
-from .._lease import Lease
+from .._lease import Lease, new_lease
 from .._policy import Board, LeaseDeadlines, Policy, Slot, order_key
 from .._request import Request
 from .._seen import FingerprintSet
@@ -46,7 +46,9 @@ class _Host(Slot):
         self.queue: list[_Item] = []
 
 
-_Item = tuple[int, int, Request, _Host]
+# A queued request's heap entry, which is also its lease once popped:
+# (-priority, order, request, host, origin).
+_Item = Lease
 
 
 class MemoryStore:
@@ -61,14 +63,16 @@ class MemoryStore:
     shared = False
 
     def __init__(self, policy: Policy) -> None:
-        self.origin = f"memory://#{id(self):x}"  # each memory store is its own
+        self.origin = self._origin = f"memory://#{id(self):x}"  # each store is its own
         self._clock = policy.clock
         self._lifo = policy.lifo
         self._hosts: dict[str, _Host] = {}
         self._board = Board(policy, self._forget)
         # order -> the item leased under it.
         self._leases: dict[int, _Item] = {}
-        self._deadlines = LeaseDeadlines(policy.lease_timeout, self._holds)
+        self._deadlines = LeaseDeadlines(policy.lease_timeout, self._leases, 1)
+        self._deadline_items = self._deadlines.items
+        self._lease_timeout = policy.lease_timeout
         self._seen = FingerprintSet()
         self._accepted = 0
         self._queued = 0
@@ -76,9 +80,6 @@ class MemoryStore:
 
     def _forget(self, slot: Slot) -> None:
         del self._hosts[slot.name]
-
-    def _holds(self, item: _Item) -> bool:
-        return self._leases.get(item[1]) is item
 
     # -- adding ---------------------------------------------------------------
 
@@ -89,6 +90,7 @@ class MemoryStore:
         seen_add = self._seen.add
         hosts = self._hosts
         store_lifo = self._lifo
+        origin = self._origin
         if lifo is None:
             lifo = store_lifo
         for fingerprint, host_name, request, _ in entries:
@@ -103,14 +105,15 @@ class MemoryStore:
             host = hosts.get(host_name)
             if host is None:
                 host = hosts[host_name] = _Host(host_name)
-            item = (-request.priority, order_key(self._accepted, lifo, store_lifo), request, host)
+            order = order_key(self._accepted, lifo, store_lifo)
+            item = new_lease(Lease, (-request.priority, order, request, host, origin))
             request._lease = _QUEUED
             queue = host.queue
             heappush(queue, item)
             self._queued += 1
             if queue[0] is item:
                 host.head = item
-                self._board.refile(host, self._clock())
+                self._board.place(host, self._clock())
             added.append(True)
         if finished:
             self.ack(finished)
@@ -120,9 +123,9 @@ class MemoryStore:
 
     def pop(self) -> Request | None:
         now = self._clock()
-        deadlines = self._deadlines
-        if deadlines.due(now):
-            for item in deadlines.expired(now):
+        deadlines = self._deadline_items
+        if deadlines and deadlines[0] <= now:
+            for item in self._deadlines.expired(now):
                 self._end_lease(item, requeue=True, now=now, expired=True)
         board = self._board
         slot = board.take(now)
@@ -135,9 +138,10 @@ class MemoryStore:
         board.popped(host, now)
         self._queued -= 1
         self._leases[item[1]] = item
-        deadlines.add(item, now)
-        request = item[2]
-        request._lease = Lease(self.origin, item)
+        deadlines.append(now + self._lease_timeout)  # LeaseDeadlines.add, inlined
+        deadlines.append(item)
+        request: Request = item[2]
+        request._lease = item
         return request
 
     # -- finishing ------------------------------------------------------------
@@ -146,13 +150,13 @@ class MemoryStore:
         now = self._clock()
         for lease in leases:
             self._end_lease(lease, requeue=False, now=now)
-        self._deadlines.finished(leases, len(self._leases))
+        self._deadlines.trim(leases)
 
     def release(self, leases: Sequence[object]) -> None:
         now = self._clock()
         for lease in leases:
             self._end_lease(lease, requeue=True, now=now)
-        self._deadlines.trim(len(self._leases))
+        self._deadlines.trim()
 
     def _end_lease(self, lease: Any, *, requeue: bool, now: float, expired: bool = False) -> None:
         item = self._leases.get(lease[1])
@@ -168,11 +172,11 @@ class MemoryStore:
                 # the queue a copy so that late call cannot touch the new lease.
                 request = request.replace()
             request._lease = _QUEUED
-            heappush(host.queue, (item[0], item[1], request, host))
+            heappush(host.queue, new_lease(Lease, (item[0], item[1], request, host, item[4])))
             host.head = host.queue[0]
             self._queued += 1
         # Its key (fewest leases) or its eligibility (concurrency) changed.
-        self._board.refile(host, now)
+        self._board.place(host, now)
 
     # -- reading --------------------------------------------------------------
 

@@ -60,7 +60,7 @@ import msgspec
 
 from .._errors import CorruptStore, IncompatibleStore, StoreError
 from .._fingerprint import Fingerprinter
-from .._lease import Lease
+from .._lease import Lease, new_lease
 from .._policy import Policy
 from .._request import Request, decode_request, encode_request
 from ._redis_admin import Inspection, host_counts, inspect, purge
@@ -343,9 +343,9 @@ class RedisStore:
             b"%d" % len(buffer),
         ]
         for request, _ in buffer:
-            handle = request._lease.handle  # type: ignore[attr-defined]
-            args.append(handle[0])
-            args.append(handle[1])
+            lease = request._lease
+            args.append(lease[0])  # type: ignore[index]
+            args.append(lease[1])  # type: ignore[index]
         args.extend(extra)
         # FCALL, function, 1, prefix, owner, call number, 3 policy arguments.
         start = b"*%d\r\n%b" % (9 + len(args), head)
@@ -374,7 +374,7 @@ class RedisStore:
         items = iter(reply[2:])
         for id_, token, host, payload in zip(items, items, items, items, strict=True):
             request = decode_request(payload)
-            request._lease = Lease(self.origin, (id_, token, host))
+            request._lease = new_lease(Lease, (id_, token, host, self.origin))
             buffer.append((request, host))
         self._buffer = buffer
         self._fetched_at = time.monotonic()
@@ -568,17 +568,12 @@ class RedisStore:
         return f"<RedisStore {self._location.display}>"
 
 
-def _lease_pairs(leases: Sequence[object]) -> tuple[list[bytes], set[bytes]]:
-    """(id, token) pairs of this store's lease handles, and their hosts.
-
-    Anything else is skipped: a handle from another store, or a request that
-    was never handed out (the frontier refuses those before they get here).
-    """
+def _lease_pairs(leases: Sequence[Any]) -> tuple[list[bytes], set[bytes]]:
+    """(id, token) pairs of this store's leases ``(id, token, host, origin)``, and their hosts."""
     pairs: list[bytes] = []
     hosts = set()
     for lease in leases:
-        if type(lease) is tuple and len(lease) == 3:
-            pairs.append(lease[0])
-            pairs.append(lease[1])
-            hosts.add(lease[2])
+        pairs.append(lease[0])
+        pairs.append(lease[1])
+        hosts.add(lease[2])
     return pairs, hosts

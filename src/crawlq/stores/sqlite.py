@@ -33,7 +33,6 @@ from typing import Any, Final, cast
 from .._bloom import BloomFilter
 from .._errors import ConfigError, FrontierClosed, StoreError
 from .._fingerprint import Fingerprinter
-from .._lease import Lease
 from .._policy import Board, Policy, Slot, order_key
 from .._request import Request, decode_request
 from . import _sqlite_log as log
@@ -242,7 +241,7 @@ class SqliteStore:
                 host.improve((negprio, seq))
                 touched.add(host)
         for host in touched:
-            self._board.refile(host, now)
+            self._board.place(host, now)
         self._rows += len(items)
         if acks:
             self._acked(acks, now)
@@ -269,7 +268,7 @@ class SqliteStore:
         self._check_open()
         now = self._clock()
         leases = self._leases
-        if leases.deadlines.due(now):
+        if leases.deadlines.items and leases.deadlines.items[0] <= now:
             for row_id in leases.expired(now):
                 self._requeue(row_id, now)
         board = self._board
@@ -300,8 +299,7 @@ class SqliteStore:
 
     def _lease(self, host: Host, row: Row, now: float) -> Request:
         request = decode_request(row[3])
-        handle = self._leases.take(self, host, row[0], (row[1], row[2]), now)
-        request._lease = Lease(self.origin, handle)
+        request._lease = self._leases.take(self, host, row[0], (row[1], row[2]), now)
         return request
 
     def _requeue(self, row_id: int, now: float) -> None:
@@ -313,7 +311,7 @@ class SqliteStore:
         else:
             host.rewind(key)
         host.improve(key)
-        self._board.refile(host, now)
+        self._board.place(host, now)
 
     # -- finishing ------------------------------------------------------------
 
@@ -348,7 +346,7 @@ class SqliteStore:
             touched.add(host)
         self._rows -= len(row_ids)
         for host in touched:
-            self._board.refile(host, now)
+            self._board.place(host, now)
         self._leases.trim()
 
     def release(self, leases: Sequence[object]) -> None:
