@@ -86,7 +86,13 @@ __all__ = [
 ]
 
 #: Options of the Redis store, besides the common ones.
-OPTIONS: Final = ("prefetch", "bloom_capacity", "bloom_error_rate", "retry_timeout")
+OPTIONS: Final = (
+    "prefetch",
+    "bloom_capacity",
+    "bloom_error_rate",
+    "retry_timeout",
+    "allow_eviction",
+)
 
 #: Layout version of a crawl's keys, stored in its meta hash.
 FORMAT: Final = 3
@@ -94,22 +100,40 @@ _FINISH_CHUNK: Final = 1000
 _FAST_DRAIN: Final = 0.2  # seconds: a batch drained sooner lets the next one grow
 _ENTRY: Final = struct.Struct(">16sBiI")
 _LENGTH: Final = struct.Struct(">I")
+#: Seconds between two looks at the server's ``evicted_keys``.
+_EVICTION_CHECK: Final = 5.0
 
 log = logging.getLogger("crawlq.redis")
 
 
-def _warn_about_eviction(link: Link, where: str) -> None:
-    """Log a warning when the server may evict keys that have no TTL (crawlq's)."""
-    info = link.command(b"INFO", b"memory", doing="reading the memory settings").decode()
-    fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
-    policy = fields.get("maxmemory_policy", "").strip()
-    if policy.startswith("allkeys") and fields.get("maxmemory", "0").strip() != "0":
-        log.warning(
-            "Redis at %s has maxmemory-policy %s: it may evict a crawl's keys when full "
-            "(losing requests); set maxmemory-policy noeviction",
-            where,
-            policy,
-        )
+def _memory_info(link: Link) -> dict[str, str]:
+    """The server's ``INFO memory`` and ``INFO stats`` fields."""
+    info = link.command(b"INFO", b"memory", b"stats", doing="reading the memory settings")
+    text = info.decode() if isinstance(info, bytes) else str(info)
+    return {k: v.strip() for k, _, v in (line.partition(":") for line in text.splitlines())}
+
+
+def _evicting(fields: Mapping[str, str]) -> str | None:
+    """The server's ``maxmemory-policy`` if it may evict crawlq's keys (no TTL), else None.
+
+    ``volatile-*`` policies evict only keys with a TTL, which crawlq never
+    sets; ``allkeys-*`` ones evict any key once ``maxmemory`` is reached.
+    """
+    policy = fields.get("maxmemory_policy", "")
+    return policy if policy.startswith("allkeys") else None
+
+
+def _eviction_refused(where: str, policy: str, lost: bool) -> IncompatibleStore:
+    happened = (
+        "has evicted keys mid-crawl (requests, leases or seen URLs may be lost)"
+        if lost
+        else "may evict a crawl's keys when full, losing requests"
+    )
+    return IncompatibleStore(
+        f"Redis at {where} has maxmemory-policy {policy} and {happened}; crawlq needs "
+        "maxmemory-policy noeviction (CONFIG SET maxmemory-policy noeviction, and in "
+        "redis.conf), or open with allow_eviction=True to accept losing requests"
+    )
 
 
 def open_store(
@@ -181,6 +205,9 @@ class RedisStore:
         # (the reply was lost): serve none, give them back at the next call.
         self._suspect = False
         self._calls = 0
+        self._allow_eviction = settings.allow_eviction
+        self._evicted = 0
+        self._eviction_check_at = time.monotonic() + _EVICTION_CHECK
         self._new_owner()
         try:
             self._open(policy, fingerprinter, settings)
@@ -202,7 +229,18 @@ class RedisStore:
         where = self._location.display
         link.command(b"PING", doing="connecting", retry=False)
         version = server_version(link)
-        _warn_about_eviction(link, where)
+        fields = _memory_info(link)
+        evicting = _evicting(fields)
+        if evicting is not None:
+            if not self._allow_eviction:
+                raise _eviction_refused(where, evicting, False)
+            log.warning(
+                "Redis at %s has maxmemory-policy %s: it may evict a crawl's keys when full, "
+                "losing requests (allowed by allow_eviction=True)",
+                where,
+                evicting,
+            )
+        self._evicted = int(fields.get("evicted_keys") or 0)
         if version < MIN_SERVER:
             wanted = ".".join(map(str, MIN_SERVER))
             raise StoreError(
@@ -286,7 +324,7 @@ class RedisStore:
         doing = "running the self-check"
         try:
             extra = [*self._add_args([entry], 0, 0, self._lifo), b"0"]
-            added = self._call(b"add", 0, False, extra, doing, prefix)
+            added = self._call(b"probe", 0, False, extra, doing, prefix)
             popped = self._call(b"pop", 1, True, [], doing, prefix)
             items = popped[2:]
             back = decode_request(items[3]) if len(items) == 4 else None
@@ -321,6 +359,8 @@ class RedisStore:
         # The self-check runs in scratch keys and leaves this store's own
         # prefetched requests alone.
         buffer = self._buffer if prefix is None else deque()
+        if not self._allow_eviction and time.monotonic() >= self._eviction_check_at:
+            self._check_evictions()
         self._calls += 1
         if prefix is None:
             head = self._heads.get(function)
@@ -361,6 +401,23 @@ class RedisStore:
         if prefix is None and (reply[1] or (not buffer and len(reply) > 2)):
             self._take(reply)
         return reply
+
+    def _check_evictions(self) -> None:
+        """Refuse to go on once an evicting server has evicted keys.
+
+        Raises `IncompatibleStore` while the server evicts any key and has
+        evicted some since the last look; another policy's evictions (keys
+        with a TTL, never crawlq's) are let pass.
+        """
+        fields = _memory_info(self._link)
+        evicted = int(fields.get("evicted_keys") or 0)
+        if evicted > self._evicted:
+            policy = _evicting(fields)
+            if policy is not None:
+                # Look again at the next call, until the server is fixed.
+                raise _eviction_refused(self._location.display, policy, True)
+        self._evicted = evicted
+        self._eviction_check_at = time.monotonic() + _EVICTION_CHECK
 
     def _take(self, reply: list[Any]) -> None:
         """Replace the prefetched requests by the ones a function just leased."""
@@ -538,9 +595,11 @@ class RedisStore:
         return state
 
     def save_state(self, state: Mapping[str, Any]) -> None:
-        # One SET replaces the whole state atomically (and repeats harmlessly).
+        # One SET replaces the whole state atomically (and repeats harmlessly);
+        # in a function, which a full server still runs (see Library).
         data = msgspec.msgpack.encode(dict(state))
-        self._link.command(b"SET", self._prefix + b"state", data, doing="saving the state")
+        function = self._functions[b"state"]
+        self._link.command(b"FCALL", function, 1, self._prefix, data, doing="saving the state")
 
     def close(self) -> None:
         """Give back unserved prefetched requests; shared data stays untouched."""
