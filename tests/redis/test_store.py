@@ -441,3 +441,44 @@ def test_keys_restored_behind_the_functions_back_are_reaped_within_a_second(
         assert came_back is not None and came_back.url == "https://a.example/backup"
         frontier.ack(came_back)
     client.close()
+
+
+def _at_phase(low: float, high: float) -> None:
+    """Wait until the wall clock (the server's, on this machine) is in [low, high) of a ms."""
+    while not low <= (time.time() * 1000) % 1 < high:
+        pass
+
+
+def test_a_host_delay_is_never_undercut(url: str) -> None:
+    """Leases of one host by two workers come at least host_delay apart.
+
+    The server leases each request between the pop's send and its reply, so
+    the reply of a lease minus the send of the one before bounds their gap
+    from above: that bound must reach the delay every time. Every other
+    lease is taken late in a millisecond and the next early in one: a server
+    clock rounded down to whole ms (as it once was) gave gaps up to 1 ms short.
+    """
+    delay = 0.05
+    workers = [crawlq.open_frontier(url, host_delay=delay) for _ in range(2)]
+    workers[0].add_many([Request(f"https://a.example/{i}") for i in range(20)])
+    gaps = []
+    last_sent = None
+    for n in range(20):
+        worker = workers[n % 2]
+        while True:
+            if n % 2 == 0:
+                _at_phase(0.7, 0.9)
+            else:
+                _at_phase(0.0, 0.2)
+            sent = time.monotonic()
+            request = worker.pop()
+            received = time.monotonic()
+            if request is not None:
+                break
+        worker.ack(request)
+        if last_sent is not None:
+            gaps.append(received - last_sent)
+        last_sent = sent
+    assert min(gaps) >= delay, [round(gap * 1000, 2) for gap in gaps]
+    for worker in workers:
+        worker.close()

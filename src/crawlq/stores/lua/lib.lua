@@ -60,6 +60,8 @@ local ARGS, P, K_META, K_SEEN, K_BLOOM, K_HOSTS, K_READY, K_DELAYED
 local K_LEASES, K_LEASE, K_Q, K_P
 local OWNER, RETRY, CALL, LEASE_MS, DELAY_MS, CONCURRENCY, REFILL, WORST, FORCE, NBUF, ARG0
 local NOW -- server time in ms, read once per call and only when needed
+local NOW_UP -- the same rounded up: a host delay starts there, so that it is
+-- never cut short by the ms the clock rounds away (it may end up to 2 ms late)
 
 -- Per crawl (by key prefix), a lower bound of the earliest lease deadline and
 -- of the earliest end of a host delay, in ms of server time: a pop skips the
@@ -167,7 +169,12 @@ end
 local function now()
   if NOW == nil then
     local clock = redis.call('TIME')
-    NOW = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+    local micros = tonumber(clock[2])
+    NOW = tonumber(clock[1]) * 1000 + math.floor(micros / 1000)
+    NOW_UP = NOW
+    if micros % 1000 > 0 then
+      NOW_UP = NOW + 1
+    end
   end
   return NOW
 end
@@ -440,7 +447,7 @@ local function take(n, out, taken, records)
   local deadline = now() + LEASE_MS
   local deadline_text = int_text(deadline)
   local token_prefix = OWNER .. ':' .. CALL .. '.'
-  local delayed_text = DELAY_MS > 0 and string.format('%d', NOW + DELAY_MS)
+  local delayed_text = DELAY_MS > 0 and string.format('%d', NOW_UP + DELAY_MS)
   local deadlines = {}
   -- Explicit ends: the # operator is a search in this Lua.
   local o, r, t, first_taken = #out, #records, #taken, #taken + 1
@@ -483,7 +490,7 @@ local function take(n, out, taken, records)
         queued_delta = queued_delta - 1
         state.leased = state.leased + 1
         if DELAY_MS > 0 then
-          state.ready = NOW + DELAY_MS
+          state.ready = NOW_UP + DELAY_MS
         end
         place(name, state, later)
         got = got + 1
