@@ -138,9 +138,10 @@ class StoreUnavailable(StoreError):
 
     Raised after crawlq's own retries give up. The operation may or may not
     have taken effect (its reply may have been lost); repeating it is safe: a
-    repeated add reports duplicates, acks and releases are idempotent, and the
-    leases of a lost pop come back when they expire. Nothing accepted before
-    it is lost.
+    repeated add reports duplicates, acks and releases are idempotent, and
+    what a pop with a lost reply leased goes back with the frontier's next
+    call to the store (or at the latest when its lease expires). Nothing
+    accepted before it is lost.
     """
 
 

@@ -37,7 +37,10 @@ Durability
     What Redis keeps: with ``appendonly yes`` and ``appendfsync always`` an
     acknowledged call survives a server crash. A call whose reply was lost is
     retried with the same call number; the function remembers each worker's
-    last outcome and returns it instead of running twice.
+    last outcome and returns it instead of running twice. When the retries
+    give up (`StoreUnavailable`), the worker's next call gives back what the
+    unanswered call leased, so a long outage leaves no lease stuck until
+    ``lease_timeout``.
 
 Nothing is wiped implicitly: ``close()`` never deletes shared data. `purge`
 removes a crawl and `inspect` describes one (both for the ``crawlq`` CLI).
@@ -204,6 +207,9 @@ class RedisStore:
         # After a failed call the prefetched leases may have been given back
         # (the reply was lost): serve none, give them back at the next call.
         self._suspect = False
+        # The first of the calls that went unanswered since the last answer
+        # (their leases are given back by the next call), or None.
+        self._lost: int | None = None
         self._calls = 0
         self._allow_eviction = settings.allow_eviction
         self._evicted = 0
@@ -219,6 +225,7 @@ class RedisStore:
         host = "".join(c for c in socket.gethostname() if c.isalnum() or c in ".-")[:40]
         self._owner = f"{host or 'host'}/{os.getpid()}/{secrets.token_hex(3)}".encode()
         self._pid = os.getpid()
+        self._lost = None  # a forked copy never made its parent's calls
         # Packed heads of each function's calls (they hold the owner).
         self._heads: dict[bytes, bytes] = {}
 
@@ -385,19 +392,29 @@ class RedisStore:
         start = b"*%d\r\n%b" % (9 + len(args), head)
         rest = self._policy_packed + pack_args(args)
 
+        number = b"%d" % self._calls
+        if self._lost is not None and prefix is None:
+            # Calls from _lost on went unanswered: the function gives back
+            # what they leased (see give_back_lost in lib.lua).
+            number += b"g%d" % self._lost
+
         def retried() -> bytes:
             # The function then checks whether its first run completed.
-            return start + pack_args([b"r%d" % self._calls]) + rest
+            return start + pack_args([b"r" + number]) + rest
 
         try:
-            packed = start + pack_args([b"%d" % self._calls]) + rest
+            packed = start + pack_args([number]) + rest
             reply: list[Any] = self._link.call(packed, doing, retried=retried)
         except StoreError:
-            if buffer and prefix is None:
-                self._suspect = True
+            if prefix is None:
+                if buffer:
+                    self._suspect = True
+                if self._lost is None:
+                    self._lost = self._calls
             raise
         if prefix is None:
             self._suspect = False
+            self._lost = None
         if prefix is None and (reply[1] or (not buffer and len(reply) > 2)):
             self._take(reply)
         return reply
@@ -604,7 +621,7 @@ class RedisStore:
     def close(self) -> None:
         """Give back unserved prefetched requests; shared data stays untouched."""
         try:
-            if self._buffer and os.getpid() == self._pid:
+            if (self._buffer or self._lost is not None) and os.getpid() == self._pid:
                 self._call(b"finish", 0, True, [b"a", b"0"], "closing")
                 self._buffer.clear()
             self._link.command(

@@ -545,12 +545,45 @@ local function take(n, out, taken, records)
   end
 end
 
+-- Give back the leases of the caller's call whose reply it never got. The
+-- call number arrives as "N" or "rN" (a retry), followed by "gL" when calls
+-- from L on went unanswered (the caller gave up retrying): the caller's
+-- replay record, if it is of such a call, names the leases that call took
+-- (all of them, or it would have written another record since). Those still
+-- held under that call's tokens go back, and the host delays their pops
+-- started are undone, so the crawl resumes at once rather than after
+-- lease_timeout.
+local function give_back_lost()
+  local lost = string.match(ARGS[2], 'g(%d+)$')
+  if lost == nil then
+    return
+  end
+  local last = redis.call('HGET', K_LEASE, '@' .. OWNER)
+  if last == false then
+    return
+  end
+  local call, taken = string.match(last, '^(%d+)\n[01]*\n[01]\n(.*)$')
+  if call == nil or call == CALL or tonumber(call) < tonumber(lost) then
+    return
+  end
+  local n = 0
+  for id in string.gmatch(taken, '%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d') do
+    n = n + 1
+    local record = redis.call('HGET', K_LEASE, id)
+    if record and lease_token(record) == OWNER .. ':' .. call .. '.' .. n then
+      end_lease(id, record, 'unpop')
+    end
+  end
+  drop_ended()
+end
+
 -- The common end of a changing script: give the caller's prefetched requests
 -- back if this call may have changed what comes before them (a request at
 -- least as good as the last prefetched one became ready: `best` is the best
 -- such score), lease the refill, save, and remember the outcome for a retry.
 local function finish(flags, best)
   local out, taken, records = { flags, 0 }, {}, {}
+  give_back_lost()
   if NBUF > 0 then
     if FORCE or (best ~= nil and WORST ~= nil and best <= WORST) then
       out[2] = 1
