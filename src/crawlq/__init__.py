@@ -32,13 +32,14 @@ from ._fingerprint import Fingerprinter
 from ._frontier import Frontier, FrontierStats
 from ._open import open_frontier
 from ._policy import Policy
-from ._request import Request
+from ._request import MAX_URL_LENGTH, Request
 from .scheduler import Scheduler, SchedulerStats
 from .stores.base import HostCount
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "MAX_URL_LENGTH",
     "ConfigError",
     "CorruptStore",
     "CrawlqError",

@@ -15,7 +15,7 @@ import msgspec
 
 from ._errors import CorruptStore, IncompatibleStore, InvalidRequest, SerializationError, StoreError
 
-__all__ = ["PRIORITY_MAX", "PRIORITY_MIN", "SCHEMA_VERSION", "Request"]
+__all__ = ["MAX_URL_LENGTH", "PRIORITY_MAX", "PRIORITY_MIN", "SCHEMA_VERSION", "Request"]
 
 #: Version of the encoded request layout; bumped on any incompatible change.
 SCHEMA_VERSION: Final = 1
@@ -23,6 +23,11 @@ SCHEMA_VERSION: Final = 1
 #: Priorities are 32-bit signed ints so that every store can order them exactly.
 PRIORITY_MIN: Final = -(2**31)
 PRIORITY_MAX: Final = 2**31 - 1
+
+#: Longest URL a frontier stores by default, in characters (32 KiB); the
+#: ``max_url_length`` option of `open_frontier` changes it. Browsers and
+#: servers give up near 8-64 KiB, and every stored request costs its URL.
+MAX_URL_LENGTH: Final = 32 * 1024
 
 _HTTP: Final = "http://"
 _HTTPS: Final = "https://"
@@ -49,6 +54,20 @@ def _check_url(url: object) -> None:
             )
     if len(url) == start or url[start] in _AUTHORITY_END or url[start] == "@":
         raise InvalidRequest(f"url {url!r} has no host; give the full URL with its host name")
+    if "\n" in url or "\r" in url or "\x00" in url:
+        raise InvalidRequest(
+            f"url {_clip(url)!r} holds a line break or NUL, which would let it forge "
+            "another HTTP request; percent-encode it (%0A, %0D, %00) or drop the link"
+        )
+
+
+def _clip(text: str) -> str:
+    """The start of a long text, to quote in a message."""
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+def _forges_lines(text: str) -> bool:
+    return "\n" in text or "\r" in text or "\x00" in text
 
 
 def _check_priority(priority: object) -> None:
@@ -77,6 +96,11 @@ def _check_headers(headers: Mapping[str, str] | None) -> dict[str, str]:
             raise InvalidRequest(
                 f"header {name!r}: {value!r} is not str to str; decode bytes headers first"
             )
+        if _forges_lines(name) or _forges_lines(value):
+            raise InvalidRequest(
+                f"header {_clip(name)!r}: {_clip(value)!r} holds a line break or NUL, which "
+                "would let it forge other headers or requests; remove them from the header"
+            )
     return checked
 
 
@@ -91,8 +115,10 @@ class Request:
     bypasses deduplication. ``depth`` is carried for the crawler's own use.
 
     Raises `InvalidRequest` for a URL that is not absolute http(s) with a host,
-    a priority that is not an int in the 32-bit range, or fields of the wrong
-    type. Encodability of ``meta`` is checked when the request is added.
+    a URL or header holding a line break (CR, LF) or NUL, a priority that is
+    not an int in the 32-bit range, or fields of the wrong type. The URL's
+    length (at most `MAX_URL_LENGTH` by default) and the encodability of
+    ``meta`` are checked when the request is added.
     """
 
     __slots__ = (

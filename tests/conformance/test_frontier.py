@@ -525,3 +525,51 @@ def test_add_many_acks_the_parent_in_the_same_step(open_store: OpenFrontier) -> 
     with pytest.raises(crawlq.LeaseError):
         frontier.add_many([Request("https://b.example/")], ack=Request("https://c.example/"))
     assert frontier.add(Request("https://b.example/"))  # the refused batch stored nothing
+
+
+# -- hardening: injection, length, meta round trip ----------------------------
+
+
+@pytest.mark.parametrize("bad", ["\r\n", "\n", "\r", "\x00"])
+def test_line_breaks_and_nul_in_urls_and_headers_are_refused(
+    open_store: OpenFrontier, bad: str
+) -> None:
+    frontier = open_store()
+    with pytest.raises(crawlq.InvalidRequest, match=r"line break or NUL.*percent-encode"):
+        Request(f"https://a.example/x{bad}Host: evil.example")
+    with pytest.raises(crawlq.InvalidRequest, match="line break or NUL"):
+        Request("https://a.example/", headers={"X-Token": f"1{bad}X-Admin: yes"})
+    with pytest.raises(crawlq.InvalidRequest, match="line break or NUL"):
+        Request("https://a.example/", headers={f"X{bad}Y": "1"})
+    with pytest.raises(crawlq.InvalidRequest, match="line break or NUL"):
+        Request("https://a.example/").replace(headers={"Cookie": f"a=1{bad}"})
+    # Percent-encoded, they are plain characters of the URL.
+    assert frontier.add(Request("https://a.example/x%0D%0AHost:%20evil.example"))
+    assert len(frontier) == 1
+
+
+def test_urls_longer_than_the_cap_are_refused(open_store: OpenFrontier) -> None:
+    frontier = open_store()
+    assert crawlq.MAX_URL_LENGTH == 32 * 1024
+    base = "https://a.example/"
+    longest = base + "x" * (crawlq.MAX_URL_LENGTH - len(base))
+    assert frontier.add(Request(longest))
+    huge = Request(base + "y" * 10_000_000)
+    with pytest.raises(crawlq.InvalidRequest, match="max_url_length of 32768"):
+        frontier.add_many([Request("https://b.example/"), huge])
+    assert len(frontier) == 1  # the batch stored nothing
+    popped = frontier.pop()
+    assert popped is not None and popped.url == longest
+
+
+def test_the_url_cap_is_an_option(open_store: OpenFrontier, store_url: str) -> None:
+    frontier = open_store(max_url_length=40)
+    assert frontier.add(Request("https://a.example/" + "x" * 22))  # 40 characters
+    with pytest.raises(crawlq.InvalidRequest, match="max_url_length of 40"):
+        frontier.add(Request("https://a.example/" + "x" * 23))
+    frontier.close()
+    roomy = open_store(max_url_length=200_000)
+    assert roomy.add(Request("https://b.example/" + "x" * 100_000))
+    for bad in (0, 1.5, True, "40"):
+        with pytest.raises(crawlq.ConfigError, match="max_url_length must be an int"):
+            crawlq.open_frontier(store_url, max_url_length=bad)
