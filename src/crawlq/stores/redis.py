@@ -189,11 +189,12 @@ class RedisStore:
             name.encode(): function for name, function in self._link.library.function.items()
         }
         self._lease_timeout = policy.lease_timeout
-        # Milliseconds of server time; rounded up so nothing comes early.
+        # Milliseconds (the delay in microseconds) of server time; rounded
+        # up so nothing comes early.
         self._policy_packed = pack_args(
             [
                 b"%d" % math.ceil(policy.lease_timeout * 1000),
-                b"%d" % math.ceil(policy.host_delay * 1000),
+                b"%d" % math.ceil(round(policy.host_delay * 1_000_000, 3)),
                 b"%d" % (policy.host_concurrency or 0),
             ]
         )
@@ -561,7 +562,7 @@ class RedisStore:
         if self._buffer and not self._stale():
             return 0.0
         wait = self._read(b"wait")
-        return None if wait < 0 else wait / 1000
+        return None if wait < 0 else wait / 1_000_000
 
     def seen(self, fingerprints: Sequence[bytes]) -> list[bool]:
         found: list[bool] = []

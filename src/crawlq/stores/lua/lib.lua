@@ -31,9 +31,11 @@
 --                    takes the highest priority, then the fewest leases, then
 --                    the oldest (newest, with lifo) request: the order of
 --                    stores/base.py, in O(log hosts).
---   delayed  zset    HOST scored by the time (ms of Redis TIME) its delay ends
+--   delayed  zset    HOST scored by the time (ms of Redis TIME, with a
+--                    fraction) its delay ends
 --   leases   zset    request id scored by its lease deadline (ms)
---   lease    hash    id -> "<token> <score> <ready_at set by the pop> " .. HOST;
+--   lease    hash    id -> "<token> <score> <ready_at set by the pop, in
+--                    microseconds> " .. HOST;
 --                    token = owner:call.n. Also
 --                    "@" .. owner -> outcome of the owner's last call, so a
 --                    call retried after a lost reply gets the first outcome
@@ -59,9 +61,11 @@ local FLAG_R, FLAG_D, FLAG_I = 82, 68, 73
 local ARGS, P, K_META, K_SEEN, K_BLOOM, K_HOSTS, K_READY, K_DELAYED
 local K_LEASES, K_LEASE, K_Q, K_P
 local OWNER, RETRY, CALL, LEASE_MS, DELAY_MS, CONCURRENCY, REFILL, WORST, FORCE, NBUF, ARG0
-local NOW -- server time in ms, read once per call and only when needed
-local NOW_UP -- the same rounded up: a host delay starts there, so that it is
--- never cut short by the ms the clock rounds away (it may end up to 2 ms late)
+-- Server time in ms with its microseconds as a fraction, read once per call
+-- and only when needed: host delays and ready times keep the fraction (in
+-- scores and host records, both doubles), so a delay is never cut short by
+-- rounding. Lease deadlines are whole ms (rounded down).
+local NOW
 
 -- Per crawl (by key prefix), a lower bound of the earliest lease deadline and
 -- of the earliest end of a host delay, in ms of server time: a pop skips the
@@ -123,7 +127,7 @@ local function begin(keys, args)
   RETRY = string.sub(args[2], 1, 1) == 'r'
   CALL = string.match(args[2], '%d+')
   LEASE_MS = tonumber(args[3])
-  DELAY_MS = tonumber(args[4])
+  DELAY_MS = tonumber(args[4]) / 1000 -- sent in microseconds
   CONCURRENCY = tonumber(args[5])
   REFILL = tonumber(args[6])
   WORST = tonumber(args[7])
@@ -169,12 +173,7 @@ end
 local function now()
   if NOW == nil then
     local clock = redis.call('TIME')
-    local micros = tonumber(clock[2])
-    NOW = tonumber(clock[1]) * 1000 + math.floor(micros / 1000)
-    NOW_UP = NOW
-    if micros % 1000 > 0 then
-      NOW_UP = NOW + 1
-    end
+    NOW = tonumber(clock[1]) * 1000 + tonumber(clock[2]) / 1000
   end
   return NOW
 end
@@ -186,6 +185,22 @@ local function chunked(command, key, list, stride)
   for i = 1, #list, step do
     redis.call(command, key, unpack(list, i, math.min(i + step - 1, #list)))
   end
+end
+
+-- A time in ms with a fraction, as a score: exact (%.17g round-trips a double).
+local function time_text(ms)
+  return string.format('%.17g', ms)
+end
+
+-- The ready time a pop set, for its lease record: whole microseconds (records
+-- stay "token score digits host"), compared to a host's ready time by
+-- same_time.
+local function micros_text(ms)
+  return string.format('%d', math.floor(ms * 1000 + 0.5))
+end
+
+local function same_time(ms, micros)
+  return math.abs(ms * 1000 - micros) < 1
 end
 
 local function lease_token(record)
@@ -261,7 +276,7 @@ local function place(name, state, later)
   end
   if state.delayed_at ~= delayed_at then
     if delayed_at then
-      redis.call('ZADD', K_DELAYED, int_text(delayed_at), name)
+      redis.call('ZADD', K_DELAYED, time_text(delayed_at), name)
       lower_bound('wake', delayed_at)
     else
       redis.call('ZREM', K_DELAYED, name)
@@ -329,7 +344,7 @@ local function end_lease(id, record, how)
   else
     acked_ids[#acked_ids + 1] = id
   end
-  if how == 'unpop' and state.ready == set then
+  if how == 'unpop' and same_time(state.ready, set) then
     state.ready = 0
   end
   place(name, state)
@@ -444,10 +459,10 @@ local function take(n, out, taken, records)
   end
   reap()
   wake()
-  local deadline = now() + LEASE_MS
+  local deadline = math.floor(now()) + LEASE_MS
   local deadline_text = int_text(deadline)
   local token_prefix = OWNER .. ':' .. CALL .. '.'
-  local delayed_text = DELAY_MS > 0 and string.format('%d', NOW_UP + DELAY_MS)
+  local delayed_text = DELAY_MS > 0 and micros_text(NOW + DELAY_MS)
   local deadlines = {}
   -- Explicit ends: the # operator is a search in this Lua.
   local o, r, t, first_taken = #out, #records, #taken, #taken + 1
@@ -490,7 +505,7 @@ local function take(n, out, taken, records)
         queued_delta = queued_delta - 1
         state.leased = state.leased + 1
         if DELAY_MS > 0 then
-          state.ready = NOW_UP + DELAY_MS
+          state.ready = NOW + DELAY_MS
         end
         place(name, state, later)
         got = got + 1
@@ -498,7 +513,7 @@ local function take(n, out, taken, records)
         local token = token_prefix .. int_text(got)
         deadlines[2 * got - 1] = deadline_text
         deadlines[2 * got] = id
-        local ready = delayed_text or (state.ready == 0 and '0') or string.format('%d', state.ready)
+        local ready = delayed_text or (state.ready == 0 and '0') or micros_text(state.ready)
         records[r + 1] = id
         records[r + 2] = token .. ' ' .. score_text .. ' ' .. ready .. ' ' .. name
         r = r + 2
