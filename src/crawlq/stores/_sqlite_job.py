@@ -36,6 +36,7 @@ __all__ = [
     "check_settings",
     "connect",
     "job_path",
+    "os_error",
     "translate",
 ]
 
@@ -99,6 +100,20 @@ def job_path(url: str) -> Path:
     return path / DATABASE_NAME
 
 
+def os_error(url: str, exc: OSError) -> StoreError:
+    """crawlq's error for an OS error met opening job ``url`` (permissions, mostly)."""
+    where = exc.filename or url
+    if isinstance(exc, PermissionError):
+        return StoreError(
+            f"cannot open job {url}: permission denied on {where}; the crawler's user needs "
+            "to read and write the job directory and every file in it (and to search its "
+            "parents): fix their owner or mode (chown, chmod), or use another job path"
+        )
+    return StoreError(
+        f"cannot open job {url}: {exc.strerror or exc} ({where}); check the job path"
+    )
+
+
 class JobLock:
     """An exclusive lock on a job, held for as long as the frontier is open.
 
@@ -115,7 +130,11 @@ class JobLock:
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
-            raise StoreError(f"cannot create the lock file {self.path}: {exc.strerror}") from None
+            raise StoreError(
+                f"cannot create the lock file {self.path}: {exc.strerror}; the crawler's "
+                f"user needs to write the job directory {self.path.parent}: fix its owner "
+                "or mode (chown, chmod), or use another job path"
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -150,6 +169,8 @@ def raise_translated(path: Path, exc: sqlite3.Error) -> NoReturn:
     """Raise crawlq's error for a sqlite3 error met on job ``path``."""
     message = str(exc)
     code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        code &= 0xFF  # an extended code (SQLITE_READONLY_DIRECTORY...): its primary one
     if code == sqlite3.SQLITE_FULL or "disk is full" in message:
         raise StoreFull(
             f"no space left for job {path} ({message}); the operation was not stored, "
@@ -162,7 +183,10 @@ def raise_translated(path: Path, exc: sqlite3.Error) -> NoReturn:
         ) from None
     if code in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM):
         raise StoreError(
-            f"job {path} cannot be written ({message}); check its permissions"
+            f"job {path} cannot be written ({message}); the crawler's user needs to read and "
+            f"write {path.name}, its -wal and -shm files and the directory {path.parent}: "
+            "fix their owner or mode (chown, chmod); 'crawlq inspect' reads a job it "
+            "cannot write"
         ) from None
     raise StoreError(f"job {path}: {message}") from None
 

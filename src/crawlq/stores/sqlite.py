@@ -56,6 +56,7 @@ from ._sqlite_job import (
     check_settings,
     connect,
     job_path,
+    os_error,
     raise_translated,
     translate,
 )
@@ -88,12 +89,15 @@ def open_store(
     synchronous = str(options.get("synchronous", "normal")).upper()
     if synchronous not in ("NORMAL", "FULL"):
         raise ConfigError(f"synchronous must be 'normal' or 'full', not {synchronous.lower()!r}")
-    path = job_path(url).absolute()
-    if not path.parent.exists():
-        if url.startswith("sqlite:"):
-            raise ConfigError(f"the directory of job {path} does not exist; create it first")
-        path.parent.mkdir(parents=True)
-    store = SqliteStore(path, policy, fingerprinter, synchronous=synchronous)
+    try:
+        path = job_path(url).absolute()
+        if not path.parent.exists():
+            if url.startswith("sqlite:"):
+                raise ConfigError(f"the directory of job {path} does not exist; create it first")
+            path.parent.mkdir(parents=True)
+        store = SqliteStore(path, policy, fingerprinter, synchronous=synchronous)
+    except OSError as exc:  # a path the user may not read or write
+        raise os_error(url, exc) from None
     return store, f"sqlite:///{path}"
 
 
