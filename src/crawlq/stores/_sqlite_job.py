@@ -178,8 +178,8 @@ def raise_translated(path: Path, exc: sqlite3.Error) -> NoReturn:
         ) from None
     if code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB) or "malformed" in message:
         raise CorruptStore(
-            f"job {path} is damaged ({message}); restore it from a copy, or try "
-            "'crawlq export' to save what is readable"
+            f"job {path} is damaged ({message}); restore it from a copy. 'crawlq check "
+            f"{path}' shows what is damaged (it only reads the job)"
         ) from None
     if code in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM):
         raise StoreError(
@@ -195,10 +195,14 @@ def check_header(path: Path) -> bool:
     """Return True if ``path`` holds data; refuse a file that is not SQLite.
 
     Runs before the job lock is taken, so a foreign file gets no lock file
-    beside it. Raises `IncompatibleStore`.
+    beside it. Raises `IncompatibleStore` for a file that is not SQLite,
+    `CorruptStore` for an empty one (SQLite would take it for a new job and
+    write over it), `JobLocked` for an empty one another process is creating.
     """
-    if not path.exists() or path.stat().st_size == 0:
+    if not path.exists():
         return False
+    if path.stat().st_size == 0:
+        _refuse_empty(path)
     with path.open("rb") as file:
         header = file.read(len(_SQLITE_HEADER))
     if header != _SQLITE_HEADER:
@@ -207,6 +211,27 @@ def check_header(path: Path) -> bool:
             "point the frontier at a new path or at a crawlq job"
         )
     return True
+
+
+def _refuse_empty(path: Path) -> NoReturn:
+    lock = path.with_name(path.name + ".lock")
+    with contextlib.suppress(FileNotFoundError):
+        fd = os.open(lock, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            # Another process holds the lock: it is creating the job right now.
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+            raise JobLocked(
+                f"job {path} is locked by pid {holder}; stop that crawl or use another job path"
+            ) from None
+        finally:
+            os.close(fd)  # closing drops a shared lock taken above
+    raise CorruptStore(
+        f"{path} is an empty file (0 bytes), not a crawlq job: if it is left over from a "
+        f"crawl killed while it created the job, delete it (rm {path}) and open the job "
+        "again; if it held a job, restore the job from a copy"
+    )
 
 
 def connect(path: Path, *, synchronous: str, read_only: bool = False) -> sqlite3.Connection:
