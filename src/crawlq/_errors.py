@@ -64,16 +64,21 @@ class InvalidRequest(CrawlqError, ValueError):
     """A request cannot be queued as given.
 
     Raised when a `Request` is built, before anything is stored: a URL that is
-    not http(s) or has no host, a priority that is not an int in range, a
-    method or header of the wrong type.
+    not http(s) or has no host, a line break (CR, LF) or NUL in the URL or a
+    header, a priority that is not an int in range, a method or header of the
+    wrong type. Raised by ``add`` for a URL over the frontier's
+    ``max_url_length``.
     """
 
 
 class SerializationError(InvalidRequest):
-    """A request holds a value the msgpack codec cannot encode.
+    """A request holds a value the msgpack codec cannot encode, or not faithfully.
 
-    Raised by ``add`` and ``add_many`` before anything of the batch is stored;
-    the message names the offending ``meta`` key or field.
+    Raised by ``add`` and ``add_many`` before anything of the batch is stored,
+    on every store alike: for a value msgpack cannot store, one it would hand
+    back as another type (tuple, set, datetime, Decimal), or lists and dicts
+    nested too deep (a list holding itself). The message names the offending
+    ``meta`` key or field and the conversion to make.
     """
 
 
@@ -112,16 +117,19 @@ class IncompatibleStore(StoreError):
 
     Raised at open for a file that is not a crawlq job, a job written by a
     newer crawlq (newer schema), or a job created with settings that must not
-    change on resume (the fingerprint rules, LIFO order). Nothing is
-    overwritten; the message names the setting or the fix.
+    change on resume (the fingerprint rules, LIFO order). Raised for a Redis
+    server whose ``maxmemory-policy`` evicts any key, at open and once it has
+    evicted keys (unless ``allow_eviction=True``). Nothing is overwritten;
+    the message names the setting or the fix.
     """
 
 
 class CorruptStore(StoreError):
     """The store's data is damaged and cannot be read safely.
 
-    Raised at open or by the operation that met the damage. The message says
-    what was found; restore the job from a copy, or export what is readable.
+    Raised at open or by the operation that met the damage, and at open for
+    an empty database file. The message says what was found; ``crawlq check
+    JOB`` lists the damage (reading only); restore the job from a copy.
     """
 
 
@@ -129,7 +137,8 @@ class StoreFull(StoreError):
     """The store has no space left (a full disk, or Redis out of memory).
 
     The operation that raised did not take effect; everything accepted
-    before it is still stored. Free space and retry.
+    before it is still stored. A full Redis refuses adds only: pops, acks
+    and releases go on (and acks free memory). Free space and retry.
     """
 
 
