@@ -77,6 +77,7 @@ from ._redis_conn import (
     release_client,
     server_version,
 )
+from ._redis_memory import evicting, eviction_refused, memory_fields
 from .base import Entry, HostCount, StoreCounts
 
 __all__ = [
@@ -107,36 +108,6 @@ _LENGTH: Final = struct.Struct(">I")
 _EVICTION_CHECK: Final = 5.0
 
 log = logging.getLogger("crawlq.redis")
-
-
-def _memory_info(link: Link) -> dict[str, str]:
-    """The server's ``INFO memory`` and ``INFO stats`` fields."""
-    info = link.command(b"INFO", b"memory", b"stats", doing="reading the memory settings")
-    text = info.decode() if isinstance(info, bytes) else str(info)
-    return {k: v.strip() for k, _, v in (line.partition(":") for line in text.splitlines())}
-
-
-def _evicting(fields: Mapping[str, str]) -> str | None:
-    """The server's ``maxmemory-policy`` if it may evict crawlq's keys (no TTL), else None.
-
-    ``volatile-*`` policies evict only keys with a TTL, which crawlq never
-    sets; ``allkeys-*`` ones evict any key once ``maxmemory`` is reached.
-    """
-    policy = fields.get("maxmemory_policy", "")
-    return policy if policy.startswith("allkeys") else None
-
-
-def _eviction_refused(where: str, policy: str, lost: bool) -> IncompatibleStore:
-    happened = (
-        "has evicted keys mid-crawl (requests, leases or seen URLs may be lost)"
-        if lost
-        else "may evict a crawl's keys when full, losing requests"
-    )
-    return IncompatibleStore(
-        f"Redis at {where} has maxmemory-policy {policy} and {happened}; crawlq needs "
-        "maxmemory-policy noeviction (CONFIG SET maxmemory-policy noeviction, and in "
-        "redis.conf), or open with allow_eviction=True to accept losing requests"
-    )
 
 
 def open_store(
@@ -237,18 +208,6 @@ class RedisStore:
         where = self._location.display
         link.command(b"PING", doing="connecting", retry=False)
         version = server_version(link)
-        fields = _memory_info(link)
-        evicting = _evicting(fields)
-        if evicting is not None:
-            if not self._allow_eviction:
-                raise _eviction_refused(where, evicting, False)
-            log.warning(
-                "Redis at %s has maxmemory-policy %s: it may evict a crawl's keys when full, "
-                "losing requests (allowed by allow_eviction=True)",
-                where,
-                evicting,
-            )
-        self._evicted = int(fields.get("evicted_keys") or 0)
         if version < MIN_SERVER:
             wanted = ".".join(map(str, MIN_SERVER))
             raise StoreError(
@@ -256,6 +215,18 @@ class RedisStore:
                 f"Redis {wanted} or newer (for Redis Functions): upgrade the server or point "
                 "the URL at another"
             )
+        fields = memory_fields(link)
+        policy_name = evicting(fields)
+        if policy_name is not None:
+            if not self._allow_eviction:
+                raise eviction_refused(where, policy_name, False)
+            log.warning(
+                "Redis at %s has maxmemory-policy %s: it may evict a crawl's keys when full, "
+                "losing requests (allowed by allow_eviction=True)",
+                where,
+                policy_name,
+            )
+        self._evicted = int(fields.get("evicted_keys") or 0)
         link.load_library("loading crawlq's functions")
         if settings.bloom_capacity is not None and settings.bloom_error_rate is not None:
             bloom = bloom_shape(settings.bloom_capacity, settings.bloom_error_rate)
@@ -427,13 +398,13 @@ class RedisStore:
         evicted some since the last look; another policy's evictions (keys
         with a TTL, never crawlq's) are let pass.
         """
-        fields = _memory_info(self._link)
+        fields = memory_fields(self._link)
         evicted = int(fields.get("evicted_keys") or 0)
         if evicted > self._evicted:
-            policy = _evicting(fields)
+            policy = evicting(fields)
             if policy is not None:
                 # Look again at the next call, until the server is fixed.
-                raise _eviction_refused(self._location.display, policy, True)
+                raise eviction_refused(self._location.display, policy, True)
         self._evicted = evicted
         self._eviction_check_at = time.monotonic() + _EVICTION_CHECK
 
