@@ -117,6 +117,8 @@ def test_a_read_only_database(base: Path) -> None:
 
     outcome = as_nobody(add)
     assert outcome.startswith("StoreError: "), outcome
-    assert "readonly" in outcome and "chmod" in outcome and "crawlq.db" in outcome
+    assert "cannot be written" in outcome and "chmod" in outcome and "crawlq.db" in outcome
+    # Refused at open already, not at the first write of the crawl.
+    assert as_nobody(lambda: crawlq.open_frontier(str(job))).startswith("StoreError: ")
     # Readable still: inspect works.
     assert as_nobody(lambda: _sqlite_inspect.inspect(str(job))) == "ok"

@@ -182,13 +182,17 @@ def raise_translated(path: Path, exc: sqlite3.Error) -> NoReturn:
             f"{path}' shows what is damaged (it only reads the job)"
         ) from None
     if code in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM):
-        raise StoreError(
-            f"job {path} cannot be written ({message}); the crawler's user needs to read and "
-            f"write {path.name}, its -wal and -shm files and the directory {path.parent}: "
-            "fix their owner or mode (chown, chmod); 'crawlq inspect' reads a job it "
-            "cannot write"
-        ) from None
+        raise _not_writable(path, message) from None
     raise StoreError(f"job {path}: {message}") from None
+
+
+def _not_writable(path: Path, message: str) -> StoreError:
+    return StoreError(
+        f"job {path} cannot be written ({message}); the crawler's user needs to read and "
+        f"write {path.name}, its -wal and -shm files and the directory {path.parent}: "
+        "fix their owner or mode (chown, chmod); 'crawlq inspect' reads a job it "
+        "cannot write"
+    )
 
 
 def check_header(path: Path) -> bool:
@@ -240,8 +244,15 @@ def connect(path: Path, *, synchronous: str, read_only: bool = False) -> sqlite3
     Raises `IncompatibleStore` for a file that is not a crawlq job or is from
     a newer crawlq, `CorruptStore` for a damaged one; nothing is written then.
     """
-    if not check_header(path) and read_only:
+    exists = check_header(path)
+    if not exists and read_only:
         raise StoreError(f"there is no crawlq job at {path}")
+    if exists and not read_only:
+        # SQLite opens a file the user may only read without complaint and
+        # fails at the first write, mid-crawl: refuse it now.
+        for file in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+            if file.exists() and not os.access(file, os.R_OK | os.W_OK):
+                raise _not_writable(path, f"{file.name} is not writable by this user")
     with translate(path):
         if read_only:
             connection = sqlite3.connect(
