@@ -32,12 +32,13 @@ from ._fingerprint import Fingerprinter
 from ._frontier import Frontier, FrontierStats
 from ._open import StoreKind, open_frontier, store_kind
 from ._policy import Policy
-from ._request import Request
+from ._request import MAX_URL_LENGTH, Request
 from ._version import __version__
 from .scheduler import Scheduler, SchedulerStats
 from .stores.base import HostCount
 
 __all__ = [
+    "MAX_URL_LENGTH",
     "ConfigError",
     "CorruptStore",
     "CrawlqError",

@@ -13,7 +13,7 @@ from ._errors import FrontierClosed, InvalidRequest, LeaseError, SerializationEr
 from ._fingerprint import Fingerprinter
 from ._lease import NOT_HANDED_OUT, Lease
 from ._policy import Policy
-from ._request import Request, check_encodable, encode_request
+from ._request import MAX_URL_LENGTH, Request, check_encodable, encode_request
 from .stores.base import Entry, HostCount, Store
 
 __all__ = ["Frontier", "FrontierStats", "HostCount"]
@@ -51,6 +51,7 @@ class Frontier:
     __slots__ = (
         "_closed",
         "_fingerprinter",
+        "_max_url_length",
         "_needs_payload",
         "_origin",
         "_store",
@@ -61,9 +62,16 @@ class Frontier:
     )
 
     def __init__(
-        self, store: Store, *, policy: Policy, fingerprinter: Fingerprinter, url: str
+        self,
+        store: Store,
+        *,
+        policy: Policy,
+        fingerprinter: Fingerprinter,
+        url: str,
+        max_url_length: int = MAX_URL_LENGTH,
     ) -> None:
         self._store = store
+        self._max_url_length = max_url_length
         self._fingerprinter = fingerprinter
         self._needs_payload = store.needs_payload
         self._store_add = store.add
@@ -93,6 +101,12 @@ class Frontier:
             raise InvalidRequest(
                 f"expected a crawlq.Request, not {type(request).__name__}; "
                 "wrap URLs with crawlq.Request(url)"
+            )
+        if len(request.url) > self._max_url_length:
+            raise InvalidRequest(
+                f"url {request.url[:200]!r}... is {len(request.url)} characters long, over the "
+                f"frontier's max_url_length of {self._max_url_length}; drop it, or open the "
+                "frontier with a larger max_url_length"
             )
         meta = request.meta
         slot = meta.get(_SLOT_KEY) if meta else None

@@ -13,12 +13,13 @@ from ._errors import ConfigError
 from ._fingerprint import Fingerprinter
 from ._frontier import Frontier
 from ._policy import Policy
+from ._request import MAX_URL_LENGTH
 from .stores.base import Store
 
 __all__ = ["StoreKind", "open_frontier", "store_kind"]
 
 _POLICY_OPTIONS: Final = ("host_delay", "host_concurrency", "lifo", "lease_timeout", "clock")
-_COMMON_OPTIONS: Final = (*_POLICY_OPTIONS, "fingerprinter")
+_COMMON_OPTIONS: Final = (*_POLICY_OPTIONS, "fingerprinter", "max_url_length")
 
 # A store module provides OPTIONS (the names of its own options) and
 # open_store(url, policy, fingerprinter, options) -> (store, display URL).
@@ -106,7 +107,9 @@ def open_frontier(url: str = "memory://", **options: Any) -> Frontier:
     host, default no limit), ``lifo`` (newest first within a priority, default
     False), ``lease_timeout`` (seconds before an un-acked request comes back,
     default 600), ``fingerprinter`` (a `Fingerprinter`, default
-    ``Fingerprinter()``) and ``clock`` (a seconds function, for tests).
+    ``Fingerprinter()``), ``max_url_length`` (longest URL accepted, in
+    characters, default `MAX_URL_LENGTH`: 32 KiB) and ``clock`` (a seconds
+    function, for tests).
 
     Raises `ConfigError` for an unknown URL scheme, an unknown option or a
     bad option value, naming what is accepted, and what the store raises when
@@ -125,6 +128,17 @@ def open_frontier(url: str = "memory://", **options: Any) -> Frontier:
     fingerprinter = options.get("fingerprinter") or Fingerprinter()
     if not isinstance(fingerprinter, Fingerprinter):
         raise ConfigError(f"fingerprinter must be a crawlq.Fingerprinter, not {fingerprinter!r}")
+    max_url_length = options.get("max_url_length", MAX_URL_LENGTH)
+    if isinstance(max_url_length, bool) or not isinstance(max_url_length, int):
+        raise ConfigError(f"max_url_length must be an int >= 16, not {max_url_length!r}")
+    if max_url_length < 16:
+        raise ConfigError(f"max_url_length must be an int >= 16, not {max_url_length!r}")
     extra = {k: options[k] for k in store_options if k in options}
     store, display_url = factory(url, policy, fingerprinter, extra)
-    return Frontier(store, policy=policy, fingerprinter=fingerprinter, url=display_url)
+    return Frontier(
+        store,
+        policy=policy,
+        fingerprinter=fingerprinter,
+        url=display_url,
+        max_url_length=max_url_length,
+    )

@@ -348,6 +348,35 @@ def export(job: JobArgument) -> None:
         _fail(f"{len(failed):,} requests could not be exported; the others were")
 
 
+@app.command()
+def check(job: JobArgument) -> None:
+    """Look for damage in a SQLite job: SQLite's integrity_check and crawlq's invariants.
+
+    Reads the job only (never writes, never locks), so it works while a crawl
+    runs. Prints what it found; exits 1 if anything is damaged.
+    """
+    with _clean_errors():
+        if store_kind(job).name != "sqlite":
+            raise ConfigError(
+                f"check reads a SQLite job (a job directory or sqlite:/// URL), not {job!r}; "
+                "use crawlq inspect to look at other frontiers"
+            )
+        from .stores._sqlite_check import check as check_job
+
+        report = check_job(job)
+    for problem in report.problems:
+        typer.echo(problem)
+    if report.problems:
+        _fail(
+            f"job {report.path} is damaged ({len(report.problems):,} problems above); restore "
+            "it from a copy, or save what export can still read: crawlq export JOB > saved.jsonl"
+        )
+    typer.echo(
+        f"job {report.path}: no damage found ({report.requests:,} requests in "
+        f"{report.hosts:,} hosts, {report.log_entries:,} log entries not yet applied)"
+    )
+
+
 def _report_bad(problems: list[str], what: str) -> None:
     for problem in problems[:MAX_BAD_LINES]:
         typer.echo(problem, err=True)

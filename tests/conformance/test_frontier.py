@@ -6,6 +6,10 @@ Redis, run the same tests; delays are short but wide enough for a busy CI.
 
 from __future__ import annotations
 
+import datetime
+import decimal
+import functools
+import math
 import time
 
 import pytest
@@ -525,6 +529,111 @@ def test_add_many_acks_the_parent_in_the_same_step(open_store: OpenFrontier) -> 
     with pytest.raises(crawlq.LeaseError):
         frontier.add_many([Request("https://b.example/")], ack=Request("https://c.example/"))
     assert frontier.add(Request("https://b.example/"))  # the refused batch stored nothing
+
+
+# -- hardening: injection, length, meta round trip ----------------------------
+
+
+@pytest.mark.parametrize("bad", ["\r\n", "\n", "\r", "\x00"])
+def test_line_breaks_and_nul_in_urls_and_headers_are_refused(
+    open_store: OpenFrontier, bad: str
+) -> None:
+    frontier = open_store()
+    with pytest.raises(crawlq.InvalidRequest, match=r"line break or NUL.*percent-encode"):
+        Request(f"https://a.example/x{bad}Host: evil.example")
+    with pytest.raises(crawlq.InvalidRequest, match="line break or NUL"):
+        Request("https://a.example/", headers={"X-Token": f"1{bad}X-Admin: yes"})
+    with pytest.raises(crawlq.InvalidRequest, match="line break or NUL"):
+        Request("https://a.example/", headers={f"X{bad}Y": "1"})
+    with pytest.raises(crawlq.InvalidRequest, match="line break or NUL"):
+        Request("https://a.example/").replace(headers={"Cookie": f"a=1{bad}"})
+    # Percent-encoded, they are plain characters of the URL.
+    assert frontier.add(Request("https://a.example/x%0D%0AHost:%20evil.example"))
+    assert len(frontier) == 1
+
+
+def test_urls_longer_than_the_cap_are_refused(open_store: OpenFrontier) -> None:
+    frontier = open_store()
+    assert crawlq.MAX_URL_LENGTH == 32 * 1024
+    base = "https://a.example/"
+    longest = base + "x" * (crawlq.MAX_URL_LENGTH - len(base))
+    assert frontier.add(Request(longest))
+    huge = Request(base + "y" * 10_000_000)
+    with pytest.raises(crawlq.InvalidRequest, match="max_url_length of 32768"):
+        frontier.add_many([Request("https://b.example/"), huge])
+    assert len(frontier) == 1  # the batch stored nothing
+    popped = frontier.pop()
+    assert popped is not None and popped.url == longest
+
+
+def test_the_url_cap_is_an_option(open_store: OpenFrontier, store_url: str) -> None:
+    frontier = open_store(max_url_length=40)
+    assert frontier.add(Request("https://a.example/" + "x" * 22))  # 40 characters
+    with pytest.raises(crawlq.InvalidRequest, match="max_url_length of 40"):
+        frontier.add(Request("https://a.example/" + "x" * 23))
+    frontier.close()
+    roomy = open_store(max_url_length=200_000)
+    assert roomy.add(Request("https://b.example/" + "x" * 100_000))
+    for bad in (0, 1.5, True, "40"):
+        with pytest.raises(crawlq.ConfigError, match="max_url_length must be an int"):
+            crawlq.open_frontier(store_url, max_url_length=bad)
+
+
+def _holds_itself() -> list[object]:
+    endless: list[object] = [1]
+    endless.append(endless)
+    return endless
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ({1, 2}, r"holds a set, which a durable store would hand back as a list"),
+        (frozenset({1}), r"holds a frozenset.*as a list"),
+        ((1, 2), r"holds a tuple.*as a list"),
+        ([1, (2, 3)], r"holds a tuple"),
+        ({"when": datetime.datetime(2026, 1, 2, 3, 4)}, r"holds a datetime.datetime.*isoformat"),
+        (datetime.date(2026, 1, 2), r"holds a datetime.date.*isoformat"),
+        (decimal.Decimal("1.10"), r"holds a decimal.Decimal.*str\(value\)"),
+        (bytearray(b"x"), r"holds a bytearray.*as bytes"),
+        ({(1, 2): "pair"}, r"holds a tuple"),
+        (_holds_itself(), r"more than 32 deep \(does it contain itself\?\)"),
+    ],
+)
+def test_meta_that_would_change_type_is_refused_by_every_store(
+    open_store: OpenFrontier, value: object, message: str
+) -> None:
+    frontier = open_store()
+    request = Request("https://a.example/", meta={"ok": 1, "odd": value})
+    with pytest.raises(crawlq.SerializationError, match=r"meta\['odd'\] .*" + message):
+        frontier.add(request)
+    with pytest.raises(crawlq.SerializationError, match=r"meta\['odd'\]"):
+        frontier.add_many([Request("https://b.example/"), request])
+    assert len(frontier) == 0
+
+
+def test_meta_comes_back_the_same_from_every_store(open_store: OpenFrontier) -> None:
+    frontier = open_store()
+    meta = {
+        "text": "ünï\n",
+        "raw": b"\x00\xff",
+        "int": -(2**63),
+        "big": 2**64 - 1,
+        "float": 1.5,
+        "inf": math.inf,
+        "flag": False,
+        "none": None,
+        "list": [1, "2", [3.0, None], {"k": b""}],
+        "nested": {"a": {1: "int key", 2.5: "float key", b"b": "bytes key", None: 0}},
+        "deep": functools.reduce(lambda inner, _: [inner], range(31), []),
+    }
+    sent = Request("https://a.example/", meta=meta)
+    frontier.add(sent)
+    back = frontier.pop()
+    assert back is not None
+    assert back.meta == meta
+    assert {k: type(v) for k, v in back.meta.items()} == {k: type(v) for k, v in meta.items()}
+    assert type(back.meta["list"][2]) is list and type(back.meta["list"][3]) is dict
 
 
 # -- what a store is ---------------------------------------------------------------

@@ -38,7 +38,16 @@ from .._request import Request, decode_request
 from . import _sqlite_log as log
 from ._sqlite_bloom import SeenFilter
 from ._sqlite_hosts import Host, Key, Row, load_hosts, revive
-from ._sqlite_job import Guard, JobLock, check_header, check_settings, connect, job_path, translate
+from ._sqlite_job import (
+    Guard,
+    JobLock,
+    check_header,
+    check_settings,
+    connect,
+    job_path,
+    os_error,
+    translate,
+)
 from ._sqlite_leases import Leases
 from .base import Entry, HostCount, StoreCounts
 
@@ -60,12 +69,15 @@ def open_store(
     synchronous = str(options.get("synchronous", "normal")).upper()
     if synchronous not in ("NORMAL", "FULL"):
         raise ConfigError(f"synchronous must be 'normal' or 'full', not {synchronous.lower()!r}")
-    path = job_path(url).absolute()
-    if not path.parent.exists():
-        if url.startswith("sqlite:"):
-            raise ConfigError(f"the directory of job {path} does not exist; create it first")
-        path.parent.mkdir(parents=True)
-    store = SqliteStore(path, policy, fingerprinter, synchronous=synchronous)
+    try:
+        path = job_path(url).absolute()
+        if not path.parent.exists():
+            if url.startswith("sqlite:"):
+                raise ConfigError(f"the directory of job {path} does not exist; create it first")
+            path.parent.mkdir(parents=True)
+        store = SqliteStore(path, policy, fingerprinter, synchronous=synchronous)
+    except OSError as exc:  # a path the user may not read or write
+        raise os_error(url, exc) from None
     return store, f"sqlite:///{path}"
 
 
