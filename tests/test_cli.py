@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 import crawlq
-from crawlq._jobfile import decode_line, encode_line
+from crawlq._exchange import decode_line, encode_line
 from crawlq.cli import app
 
 runner = CliRunner()

@@ -27,8 +27,8 @@ from rich.table import Table
 from rich.text import Text
 
 from ._errors import ConfigError, CrawlqError, InvalidRequest
+from ._exchange import JobReport, decode_line, encode_line
 from ._fingerprint import Fingerprinter
-from ._jobfile import JobReport, decode_line, encode_line
 from ._open import open_frontier, store_kind
 from ._request import Request
 from ._version import __version__

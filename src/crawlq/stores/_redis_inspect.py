@@ -8,7 +8,7 @@ Redis store's `Inspection` into one. It imports redis-py through
 from __future__ import annotations
 
 from .._errors import StoreError
-from .._jobfile import HostReport, JobReport
+from .._exchange import HostReport, JobReport
 from ._redis_config import parse_url
 from .redis import inspect as inspect_crawl
 from .redis import purge

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from .._errors import StoreError
-from .._jobfile import HostReport, JobReport
+from .._exchange import HostReport, JobReport
 from .._request import Request, decode_request
 from .._version import __version__
 from ._sqlite_file import DATABASE_NAME, SCHEMA_VERSION, connect, job_path, translate
