@@ -213,6 +213,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=HERE / "RESULTS.md",
         help="markdown report (the chart goes beside it, results.png)",
     )
+    parser.add_argument("--report", type=Path, help="only rewrite the report from this raw file")
     args = parser.parse_args(argv)
     for name in ("only", "backends", "impls"):
         value = getattr(args, name)
@@ -228,6 +229,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.report:
+        report.write(json.loads(args.report.read_text()), args.output)
+        return 0
     sizes = workloads.QUICK if args.quick else workloads.FULL
     specs = [
         s

@@ -223,7 +223,7 @@ class Spec:
         """The table this measurement belongs to."""
         p, extra = self.params, ""
         if self.workload == "W5":
-            extra = f", {p['hosts']:,} hosts"
+            extra = f", {p['hosts']:,} host{'s' * (p['hosts'] > 1)}"
         if self.workload == "W6":
             extra = f", {p['workers']} worker{'s' * (p['workers'] > 1)}"
         return f"{self.workload} {self.backend}{extra}"
