@@ -288,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         "specs": [vars(s) | {"key": s.key, "group": s.group} for s in specs],
         "runs": runs,
         "fills": runner.fills,
+        "environment": report.environment(),
     }
     raw.write_text(json.dumps(document, indent=1, default=str) + "\n")
     report.write(document, args.output)

@@ -187,7 +187,9 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return lines + ["| " + " | ".join(row) + " |" for row in rows] + [""]
 
 
-def _environment() -> str:
+def environment() -> str:
+    """The commit, Python and the versions of crawlq and the peers, in one line."""
+
     def git(*args: str) -> str:
         done = subprocess.run(
             ["git", *args], capture_output=True, text=True, check=False, cwd=Path(__file__).parent
@@ -219,7 +221,7 @@ def write(document: Result, path: Path) -> None:
         f"(its rate covers what it did). 1-minute load average during the runs: median "
         f"{statistics.median(loads) if loads else 0:.1f}, max {max(loads, default=0):.1f}.",
         "",
-        _environment(),
+        document.get("environment") or environment(),
         "",
     ]
     groups: dict[str, list[Result]] = {}
