@@ -211,7 +211,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--output",
         type=Path,
         default=HERE / "RESULTS.md",
-        help="markdown report (the chart goes beside it, results.png)",
+        help="markdown report (default benchmarks/RESULTS.md; the chart goes beside it)",
     )
     parser.add_argument("--report", type=Path, help="only rewrite the report from this raw file")
     args = parser.parse_args(argv)
@@ -292,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     raw.write_text(json.dumps(document, indent=1, default=str) + "\n")
     report.write(document, args.output)
-    log(f"wrote {args.output} and {args.output.with_name('results.png')} (raw: {raw})")
+    log(f"wrote {args.output} and {report.chart_path(args.output)} (raw: {raw})")
     return 0
 
 

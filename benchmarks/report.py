@@ -278,7 +278,16 @@ def write(document: Result, path: Path) -> None:
     if document["quick"]:
         lines += ["The targets are stated for the full sizes; these are QUICK sizes.", ""]
     path.write_text("\n".join(lines))
-    chart(bars, path.with_name("results.png"), document)
+    chart(bars, chart_path(path), document)
+
+
+def chart_path(report: Path) -> Path:
+    """benchmarks/results.png beside RESULTS.md; NAME.png beside any other NAME.md."""
+    return (
+        report.with_name("results.png")
+        if report.name == "RESULTS.md"
+        else report.with_suffix(".png")
+    )
 
 
 def _absolute_targets(s: Summary, groups: dict[str, list[Result]]) -> list[list[str]]:
