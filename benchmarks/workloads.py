@@ -1,65 +1,66 @@
-"""The benchmark workloads, as plain URL strings and integer priorities.
+"""The benchmark workloads, declared once: their data, their sizes and the plan.
 
 Everything here is deterministic (seeded) and implementation-neutral: each
-implementation turns the same strings and priorities into its own request
-objects. Priorities follow crawlq and Scrapy: a higher number comes out first
-(qcrawl's adapter negates them, since qcrawl serves lower numbers first).
-
-Every distinct URL carries a unique serial number, so no two distinct URLs can
-collapse into one under any implementation's canonicalisation; duplicates are
-exact repeats of an earlier URL.
+adapter turns the same URL strings and integer priorities into its own request
+objects. A higher priority comes out first (qcrawl's in-process queues serve
+lower numbers first, so their adapter negates). Every distinct URL carries a
+unique serial number, so no two distinct URLs can merge under any
+canonicalisation; a duplicate is an exact repeat of an earlier URL.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Iterator
-from dataclasses import dataclass
-
-__all__ = [
-    "Sizes",
-    "W1Data",
-    "W2Plan",
-    "sizes_for",
-    "w1_data",
-    "w2_plan",
-    "w3_urls",
-    "w5_data",
-]
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 PRIORITY_RANGE = (-10, 10)
+BACKENDS = ("memory", "sqlite", "redis")
 
 
 @dataclass(frozen=True)
 class Sizes:
-    """How big each workload is; ``quick`` shrinks them for a smoke run."""
+    """How big each workload is, per backend; ``QUICK`` shrinks them about 10x."""
 
-    w1_unique: int = 100_000
+    w1: dict[str, int] = field(
+        default_factory=lambda: {"memory": 100_000, "sqlite": 50_000, "redis": 20_000}
+    )
     w1_hosts: int = 1_000
-    w1_duplicate_every: int = 10  # one exact duplicate after every 10th new URL
+    qcrawl_disk_w1: int = 10_000  # qcrawl's DiskQueue writes one file per request (~1k/s)
     w2_seeds: int = 1_000
-    w2_steps: int = 50_000
-    w2_hosts: int = 1_000
-    w3_unique: int = 1_000_000
-    w5_requests: int = 100_000
+    w2_steps: dict[str, int] = field(
+        default_factory=lambda: {"memory": 50_000, "sqlite": 20_000, "redis": 10_000}
+    )
+    qcrawl_disk_w2: int = 2_000
+    w3: int = 1_000_000
+    w4: int = 100_000
+    w4_big: int = 1_000_000  # crawlq only; drains w4_big_drain of them
+    w4_big_drain: int = 100_000
+    w5: int = 100_000
     w5_hosts: tuple[int, ...] = (1, 100, 1_000, 10_000)
-    w5_budget_s: float = 15.0  # most seconds of timed dequeues per W5 run
+    budget_s: float = 15.0  # most timed seconds of a slow peer's drain (W4, W5)
+    w6: int = 40_000
+    e2e_pages: int = 2_000
+    e2e_hosts: int = 20
 
 
 FULL = Sizes()
-QUICK = Sizes(
-    w1_unique=10_000,
-    w1_hosts=1_000,
-    w2_seeds=1_000,
-    w2_steps=5_000,
-    w3_unique=100_000,
-    w5_requests=10_000,
-    w5_budget_s=3.0,
+QUICK = replace(
+    FULL,
+    w1={"memory": 10_000, "sqlite": 5_000, "redis": 4_000},
+    qcrawl_disk_w1=2_000,
+    w2_steps={"memory": 5_000, "sqlite": 2_000, "redis": 2_000},
+    qcrawl_disk_w2=200,
+    w3=100_000,
+    w4=10_000,
+    w4_big=100_000,
+    w4_big_drain=10_000,
+    w5=10_000,
+    budget_s=3.0,
+    w6=8_000,
+    e2e_pages=500,
 )
-
-
-def sizes_for(quick: bool) -> Sizes:
-    return QUICK if quick else FULL
 
 
 def _host(h: int, *, upper: bool = False) -> str:
@@ -170,3 +171,174 @@ def w3_urls(count: int, hosts: int = 1_000) -> Iterator[str]:
     for n in range(count):
         h = n % hosts
         yield f"https://host{h}.example{h % 7}.com/path/{n}/page.html?id={n}&sort=asc"
+
+
+def fill_items(count: int, hosts: int, seed: int = 4) -> Iterator[tuple[str, int]]:
+    """``count`` distinct W1-shaped URLs and priorities, built lazily (fills of 1M)."""
+    rng = random.Random(seed)
+    low, high = PRIORITY_RANGE
+    for n in range(count):
+        yield w1_url(n, n % hosts), rng.randint(low, high)
+
+
+# -- the plan: every measurement, declared once ------------------------------------
+
+WORKLOADS = ("W1", "W2", "W3", "W4", "W4K", "W5", "W6", "C1", "E2E")
+PEERS = {  # backend -> the peers' adapter names, in table order
+    "memory": ("scrapy-spq", "scrapy-dapq", "qcrawl"),
+    "sqlite": ("scrapy-jobdir", "qcrawl"),
+    "redis": ("scrapy-redis", "qcrawl"),
+}
+NAMES = {
+    ("scrapy-spq", "memory"): "Scrapy SPQ",
+    ("scrapy-dapq", "memory"): "Scrapy DAPQ (default)",
+    ("qcrawl", "memory"): "qcrawl",
+    ("scrapy-jobdir", "sqlite"): "Scrapy JOBDIR",
+    ("qcrawl", "sqlite"): "qcrawl DiskQueue",
+    ("scrapy-redis", "redis"): "scrapy-redis",
+    ("qcrawl", "redis"): "qcrawl RedisQueue",
+}
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One measurement: workload, backend, implementation and its parameters.
+
+    ``params`` holds everything the measuring process needs (sizes included).
+    """
+
+    workload: str
+    backend: str
+    impl: str
+    label: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        extra = ",".join(f"{k}={v}" for k, v in sorted(self.params.items()))
+        return f"{self.workload}/{self.backend}/{self.impl}/{extra}"
+
+    @property
+    def group(self) -> str:
+        """The table this measurement belongs to."""
+        p, extra = self.params, ""
+        if self.workload == "W5":
+            extra = f", {p['hosts']:,} host{'s' * (p['hosts'] > 1)}"
+        if self.workload == "W6":
+            extra = f", {p['workers']} worker{'s' * (p['workers'] > 1)}"
+        return f"{self.workload} {self.backend}{extra}"
+
+
+def _peers(workload: str, backend: str, params: dict[str, Any], sizes: Sizes) -> list[Spec]:
+    specs = []
+    for impl in PEERS[backend]:
+        p = dict(params)
+        if (impl, backend) == ("qcrawl", "sqlite") and workload in ("W1", "W2"):
+            key = "n" if workload == "W1" else "steps"
+            p[key] = sizes.qcrawl_disk_w1 if workload == "W1" else sizes.qcrawl_disk_w2
+        label = NAMES[impl, backend] + (f" [{p.get('n', p.get('steps')):,}]" if p != params else "")
+        specs.append(Spec(workload, backend, impl, label, p))
+    return specs
+
+
+def plan(sz: Sizes) -> list[Spec]:
+    """Every measurement of a full run, in table order."""
+    specs: list[Spec] = []
+    for backend in BACKENDS:
+        w1 = {"n": sz.w1[backend], "hosts": sz.w1_hosts}
+        specs += [
+            Spec(
+                "W1",
+                backend,
+                "crawlq",
+                "crawlq add_many(100), pop + ack",
+                {**w1, "enqueue": "add_many", "dequeue": "pop+ack"},
+            ),
+            Spec(
+                "W1",
+                backend,
+                "crawlq",
+                "crawlq add, pop only",
+                {**w1, "enqueue": "add", "dequeue": "pop"},
+            ),
+            *_peers("W1", backend, w1, sz),
+        ]
+    for backend in BACKENDS:
+        w2 = {"seeds": sz.w2_seeds, "steps": sz.w2_steps[backend], "hosts": sz.w1_hosts}
+        specs += [
+            Spec(
+                "W2",
+                backend,
+                "crawlq",
+                "crawlq pop, add_many(5), ack",
+                {**w2, "children": "add_many"},
+            ),
+            Spec("W2", backend, "crawlq", "crawlq pop, 5 x add, ack", {**w2, "children": "add"}),
+        ]
+        if backend == "redis":
+            specs.append(
+                Spec(
+                    "W2",
+                    backend,
+                    "crawlq",
+                    "crawlq pop, add_many(5, ack=parent)",
+                    {**w2, "children": "add_many_ack"},
+                )
+            )
+        specs += _peers("W2", backend, w2, sz)
+    specs += [
+        Spec("W3", "memory", impl, NAMES.get((impl, "memory"), "crawlq"), {"n": sz.w3})
+        for impl in ("crawlq", "scrapy-spq", "qcrawl")
+    ]
+    w4 = {"n": sz.w4, "hosts": sz.w1_hosts, "budget_s": sz.budget_s}
+    specs += [
+        Spec("W4", "sqlite", "crawlq", "crawlq", w4),
+        Spec(
+            "W4",
+            "sqlite",
+            "crawlq",
+            f"crawlq, {sz.w4_big:,} queued",
+            {**w4, "n": sz.w4_big, "drain": sz.w4_big_drain},
+        ),
+        *_peers("W4", "sqlite", w4, sz),
+    ]
+    for case in ("first-session", "resumed"):
+        specs += [
+            Spec(
+                "W4K",
+                "sqlite",
+                impl,
+                f"{NAMES.get((impl, 'sqlite'), 'crawlq')}, {case}",
+                {"n": sz.w4, "hosts": sz.w1_hosts, "case": case},
+            )
+            for impl in ("crawlq", "scrapy-jobdir", "qcrawl")
+            if case == "resumed" or impl != "qcrawl"
+        ]  # qcrawl: both cases are the same
+    for hosts in sz.w5_hosts:
+        w5 = {"n": sz.w5, "hosts": hosts, "enqueue": "add", "budget_s": sz.budget_s}
+        specs += [
+            Spec("W5", "memory", "crawlq", "crawlq pop + ack", {**w5, "dequeue": "pop+ack"}),
+            Spec("W5", "memory", "crawlq", "crawlq pop only", {**w5, "dequeue": "pop"}),
+            Spec("W5", "memory", "scrapy-spq", "Scrapy SPQ", w5),
+            Spec("W5", "memory", "scrapy-dapq", "Scrapy DAPQ (default)", w5),
+        ]
+    for workers in (1, 2):
+        w6 = {"n": sz.w6, "hosts": sz.w1_hosts, "workers": workers}
+        specs += [
+            Spec("W6", "redis", impl, f"{name}, {workers} worker{'s' * (workers > 1)}", w6)
+            for impl, name in (("crawlq", "crawlq pop + ack"), ("scrapy-redis", "scrapy-redis"))
+        ]
+    c1 = {"n": sz.w1["memory"], "hosts": sz.w1_hosts}
+    specs += [
+        Spec("C1", "memory", "crawlq", "crawlq Fingerprinter().canonical_url", c1),
+        Spec("C1", "memory", "w3lib", "w3lib.url.canonicalize_url", c1),
+        Spec("C1", "memory", "qcrawl", "qcrawl normalize_url (info)", c1),
+    ]
+    for backend in ("memory", "sqlite"):
+        e2e = {"pages": sz.e2e_pages, "hosts": sz.e2e_hosts}
+        where = "" if backend == "memory" else ", JOBDIR"
+        specs += [
+            Spec("E2E", backend, "crawlq", f"Scrapy + crawlq scheduler{where}", e2e),
+            Spec("E2E", backend, "scrapy", f"Scrapy's own scheduler{where}", e2e),
+        ]
+    return specs

@@ -1,0 +1,1 @@
+"""crawlq benchmarks against its peers: ``python -m benchmarks`` (see README.md)."""
