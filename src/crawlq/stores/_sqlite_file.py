@@ -179,7 +179,10 @@ class Guard:
 
     def __enter__(self) -> None:
         if self.damaged:
-            raise CorruptStore(f"job {self.path} is damaged; it was not written since")
+            raise CorruptStore(
+                f"job {self.path} is damaged and was not written since; run 'crawlq check "
+                f"{self.path}' to see what is wrong, then restore it from a copy"
+            )
 
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: Any
