@@ -353,6 +353,19 @@ class Frontier:
         """Put several popped requests back, in one store operation."""
         self._store.release(self._leases(requests))
 
+    def flush(self) -> None:
+        """Make every ack made so far durable now.
+
+        Acks wait in memory for the store's next write, at most ``ack_delay``
+        seconds (an option of `open_frontier`, default 0.5); a kill before
+        they are written hands their requests out again. ``close()`` flushes
+        too. Raises `FrontierClosed` after ``close()``, `StoreError` when the
+        store fails (the acks stay waiting).
+        """
+        if self._closed:
+            raise FrontierClosed(f"frontier {self.url} is closed")
+        self._store.flush()
+
     def next_ready_in(self) -> float | None:
         """Seconds until `pop` may return a request (0.0: now; None: only after an add)."""
         if self._closed:

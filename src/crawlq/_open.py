@@ -18,7 +18,14 @@ from .stores.base import Store
 
 __all__ = ["StoreKind", "open_frontier", "store_kind"]
 
-_POLICY_OPTIONS: Final = ("host_delay", "host_concurrency", "lifo", "lease_timeout", "clock")
+_POLICY_OPTIONS: Final = (
+    "host_delay",
+    "host_concurrency",
+    "lifo",
+    "lease_timeout",
+    "ack_delay",
+    "clock",
+)
 _COMMON_OPTIONS: Final = (*_POLICY_OPTIONS, "fingerprinter", "max_url_length")
 
 # A store module provides OPTIONS (the names of its own options) and

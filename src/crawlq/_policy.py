@@ -50,8 +50,10 @@ class Policy:
     (download slot). ``host_concurrency`` is the most leased requests a host may
     have at once (None: no limit). ``lifo`` hands out the newest request first
     within a priority. ``lease_timeout`` is how long a popped request may stay
-    un-acked before it comes back by itself. ``clock`` returns seconds; stores
-    that keep time across processes may ignore it.
+    un-acked before it comes back by itself. ``ack_delay`` is how long an
+    ack may wait in memory for the store's next write (0: durable when ``ack``
+    returns); stores with nothing to write ignore it. ``clock`` returns
+    seconds; stores that keep time across processes may ignore it.
 
     Raises `ConfigError` for a value of the wrong type or range.
     """
@@ -60,11 +62,13 @@ class Policy:
     host_concurrency: int | None = None
     lifo: bool = False
     lease_timeout: float = 600.0
+    ack_delay: float = 0.5
     clock: Callable[[], float] = field(default=time.monotonic, compare=False)
 
     def __post_init__(self) -> None:
         _number("host_delay", self.host_delay, minimum=0.0, inclusive=True)
         _number("lease_timeout", self.lease_timeout, minimum=0.0, inclusive=False)
+        _number("ack_delay", self.ack_delay, minimum=0.0, inclusive=True)
         concurrency = self.host_concurrency
         if concurrency is not None and (
             isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
@@ -78,6 +82,7 @@ class Policy:
             raise ConfigError(f"clock must be a callable returning seconds, not {self.clock!r}")
         object.__setattr__(self, "host_delay", float(self.host_delay))
         object.__setattr__(self, "lease_timeout", float(self.lease_timeout))
+        object.__setattr__(self, "ack_delay", float(self.ack_delay))
 
 
 #: Keys of requests added in the other order than the store's are moved by

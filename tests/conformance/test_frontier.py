@@ -846,3 +846,30 @@ def test_golden_pop_order(open_store: OpenFrontier, name: str) -> None:
         else:
             frontier.release(held.pop(str(step[1])))
     assert popped == expected
+
+
+# -- acks that wait for the next write --------------------------------------------
+
+
+def test_flush_and_close_write_the_acks_that_wait(open_store: OpenFrontier) -> None:
+    frontier = open_store(ack_delay=3600)
+    frontier.add_many([Request(f"https://a.example/{i}") for i in range(3)])
+    first, second = frontier.pop(), frontier.pop()
+    assert first is not None and second is not None
+    frontier.ack(first)
+    # A waiting ack counts at once for this process.
+    assert (frontier.stats().queued, frontier.stats().leased) == (1, 1)
+    frontier.flush()
+    frontier.ack(second)
+    frontier.close()
+    with pytest.raises(crawlq.FrontierClosed):
+        frontier.flush()
+    if frontier.durable:
+        again = open_store(ack_delay=3600)
+        assert urls(drain(again)) == ["https://a.example/2"]
+
+
+@pytest.mark.parametrize("value", [-1, "0.5", float("inf")])
+def test_ack_delay_must_be_a_number_of_seconds(open_store: OpenFrontier, value: object) -> None:
+    with pytest.raises(crawlq.ConfigError, match="ack_delay"):
+        open_store(ack_delay=value)

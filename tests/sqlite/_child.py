@@ -60,7 +60,10 @@ def _loop(job: str, log: str, run: int, seed: int, synchronous: str) -> None:
     def write(line: str) -> None:
         os.write(fd, (line + "\n").encode())
 
-    frontier = crawlq.open_frontier(job, lease_timeout=3600, synchronous=synchronous)
+    # ack_delay=0: every ack is durable when it returns, which the checker relies on.
+    frontier = crawlq.open_frontier(
+        job, lease_timeout=3600, synchronous=synchronous, ack_delay=0
+    )
     write(f"O {run} {os.getpid()}")
     counter = 0
     held: list[crawlq.Request] = []
@@ -156,12 +159,23 @@ def main(argv: list[str]) -> None:
         _say("added")
         _wait_forever()
     elif mode == "ack":
-        frontier = crawlq.open_frontier(job)
+        # then: "" (ack_delay=0, durable on return), or with the default
+        # ack_delay: "wait" (nothing more), "flush", "add" (a write follows),
+        # "delay" (a call after the delay is up).
+        then = args[0] if args else ""
+        frontier = crawlq.open_frontier(job, ack_delay=0 if not then else 0.05)
         batch = [crawlq.Request("http://a.test/1"), crawlq.Request("http://a.test/2")]
         assert all(frontier.add_many(batch))
         first, second = frontier.pop(), frontier.pop()
         assert first is not None and second is not None
         frontier.ack(first)
+        if then == "flush":
+            frontier.flush()
+        elif then == "add":
+            assert frontier.add(crawlq.Request("http://b.test/1"))
+        elif then == "delay":
+            time.sleep(0.1)
+            assert frontier.pop() is None  # any call writes the acks whose delay is up
         _say(f"acked {first.url}")
         _wait_forever()
     elif mode == "release":
@@ -175,7 +189,9 @@ def main(argv: list[str]) -> None:
     elif mode == "lease":
         with open(args[0]) as file:
             spec = json.load(file)
-        frontier = crawlq.open_frontier(job, host_delay=spec.get("host_delay", 0))
+        frontier = crawlq.open_frontier(
+            job, host_delay=spec.get("host_delay", 0), ack_delay=spec.get("ack_delay", 0)
+        )
         frontier.add_many(
             crawlq.Request(url, priority=priority) for url, priority in spec["requests"]
         )

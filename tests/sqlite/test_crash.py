@@ -336,6 +336,33 @@ def test_kill_right_after_ack_returns_keeps_it_acked(tmp_path: Path) -> None:
         assert frontier.add(crawlq.Request("http://a.test/1")) is False
 
 
+@pytest.mark.parametrize(
+    ("then", "back"),
+    [
+        ("wait", ["http://a.test/1", "http://a.test/2"]),
+        ("flush", ["http://a.test/2"]),
+        ("add", ["http://a.test/2", "http://b.test/1"]),
+        ("delay", ["http://a.test/2"]),
+    ],
+)
+def test_a_waiting_ack_is_durable_only_once_written(
+    tmp_path: Path, then: str, back: list[str]
+) -> None:
+    """With ack_delay, an ack rides the next write, a flush, or the first call after
+    its delay; killed before any of them, its request comes back (at-least-once)."""
+    db = tmp_path / "job.db"
+    child = spawn("ack", job_url(db), then)
+    try:
+        line = read_line(child)
+    finally:
+        sigkill(child)
+    assert line == "acked http://a.test/1"
+    with crawlq.open_frontier(job_url(db)) as frontier:
+        came_back = sorted(request.url for request in iter(frontier.pop, None))
+        assert came_back == back
+        assert frontier.stats().seen == (3 if then == "add" else 2)
+
+
 def test_kill_right_after_release_keeps_the_request(tmp_path: Path) -> None:
     db = tmp_path / "job.db"
     child = spawn("release", job_url(db))

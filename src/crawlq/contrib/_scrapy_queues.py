@@ -98,7 +98,9 @@ class _DiskQueue:
                 raise StoreError(f"cannot create the directory: {exc.strerror}") from None
             # An absolute, quoted sqlite URL: no key can read as another scheme.
             url = f"sqlite:///{quote(str((path / 'crawlq.db').absolute()))}"
-            frontier = open_frontier(url, lifo=cls.lifo, lease_timeout=86400.0)
+            # A popped request is acked at once (Scrapy's queues have no ack):
+            # durable then, so a kill never hands it out again.
+            frontier = open_frontier(url, lifo=cls.lifo, lease_timeout=86400.0, ack_delay=0.0)
         except CrawlqError as exc:
             raise type(exc)(
                 f"SCHEDULER_DISK_QUEUE={cls.__module__}.{cls.__name__} cannot open the "

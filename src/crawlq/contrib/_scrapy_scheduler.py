@@ -213,6 +213,10 @@ class Scheduler(BaseScheduler):
             "lifo": config.lifo,
             "lease_timeout": config.lease_timeout,
             "fingerprinter": Fingerprinter(mode="scrapy"),
+            # The scheduler writes a page's acks with its links itself, and its
+            # bound (at most CONCURRENT_REQUESTS refetched after a kill) needs
+            # an ack on its own to be durable when it returns.
+            "ack_delay": 0.0,
             **config.options,
         }
         try:

@@ -39,9 +39,15 @@ Counts
     process sharing a store sees the same numbers.
 
 Durability
-    For durable stores: once `Store.add`, `Store.ack` or `Store.release`
-    returns, killing the process cannot undo it, and writes become durable in
-    the order they were made.
+    For durable stores: once `Store.add` or `Store.release` returns, killing
+    the process cannot undo it, and writes become durable in the order they
+    were made. An ack rides the store's next write, or is written at the
+    latest ``ack_delay`` seconds after the oldest waiting ack (on the next
+    call), by `Store.flush` or by `Store.close`; with ``ack_delay=0`` it is
+    durable when `Store.ack` returns. A kill before then hands the request
+    out again, which at-least-once delivery allows; since acks go into the
+    one ordered stream of writes, a parent's ack is never durable before the
+    children added while it was leased.
 
 Errors
     Stores raise only `crawlq.StoreError` (and its children) for their own
@@ -153,6 +159,10 @@ class Store(Protocol):
         """Replace the crawler's key/value state (msgpack-able values)."""
         ...
 
+    def flush(self) -> None:
+        """Make every ack made so far durable now (acks waiting for ``ack_delay``)."""
+        ...
+
     def close(self) -> None:
-        """Release the store's resources; the stored state stays (if durable)."""
+        """Write waiting acks, release the store's resources; stored state stays."""
         ...

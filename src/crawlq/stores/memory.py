@@ -213,6 +213,9 @@ class MemoryStore:
     def save_state(self, state: Mapping[str, Any]) -> None:
         self._state = dict(state)
 
+    def flush(self) -> None:
+        pass  # acks apply at once: nothing waits
+
     def close(self) -> None:
         self._hosts.clear()
         self._board.clear()

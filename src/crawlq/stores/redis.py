@@ -502,6 +502,9 @@ class RedisStore:
         function = self._functions[b"state"]
         self._link.command(b"FCALL", function, 1, self._prefix, data, doing="saving the state")
 
+    def flush(self) -> None:
+        pass  # every ack is one call today: nothing waits (ack_delay is not used yet)
+
     def close(self) -> None:
         """Give back unserved prefetched requests; shared data stays untouched."""
         try:

@@ -97,6 +97,11 @@ class SqliteStore:
         # Pacing times outlive the process, so they must be wall-clock times.
         self._clock = time.time if policy.clock is time.monotonic else policy.clock
         self._lifo = policy.lifo
+        self._ack_delay = policy.ack_delay
+        # Acks logged by nothing yet: the log's ack items, and when the first
+        # of them was made. They ride the next write (see `_write_acks`).
+        self._waiting_acks: list[tuple[int, str, float]] = []
+        self._acks_since = 0.0
         self._closed = True
         self._guard = Guard(path)
         check_header(path)  # before the lock: a foreign file gets no lock file
@@ -169,6 +174,10 @@ class SqliteStore:
         """Apply the log to the tables, then move fresh requests to the index."""
         paced = {h.name: h.ready_at for h in self._hosts.values() if h.ready_at > now}
         with self._guard:
+            if self._waiting_acks:
+                # The tables must not get back a row whose ack is in memory.
+                log.append(self._db, log.ACK, self._waiting_acks)
+                self._waiting_acks = []
             host_ids = log.apply(self._db, self._host_ids, paced)
         self._host_ids.update(host_ids)
         for host, key in self._unflushed_acks.values():
@@ -196,6 +205,7 @@ class SqliteStore:
     ) -> list[bool]:
         self._check_open()
         acks = self._current(finished) if finished else []
+        waiting = self._waiting_acks
         db = self._db
         bloom = self._seen_filter.now()
         seen_before = self._seen_before
@@ -223,19 +233,21 @@ class SqliteStore:
                 added.append(True)
             if not items and not acks:
                 return added
-            if not acks:
+            if not acks and not waiting:
                 log.append(db, log.ADD, items)
             else:
-                # Children and the parent's ack commit together, children first.
+                # Children, then the acks waiting and the parent's, commit
+                # together: an ack is never durable before earlier children.
                 db.execute("BEGIN IMMEDIATE")
                 try:
                     if items:
                         log.append(db, log.ADD, items)
-                    log.append(db, log.ACK, self._leases.ack_records(acks))
+                    log.append(db, log.ACK, waiting + self._leases.ack_records(acks))
                     db.execute("COMMIT")
                 except BaseException:
                     db.execute("ROLLBACK")
                     raise
+                self._waiting_acks = []
             # Logged: now, and only now, change what this process remembers.
             now = self._clock()
             self._next_id = next_id
@@ -279,6 +291,8 @@ class SqliteStore:
     def pop(self) -> Request | None:
         self._check_open()
         now = self._clock()
+        if self._waiting_acks and now - self._acks_since >= self._ack_delay:
+            self._write_acks(now)
         leases = self._leases
         if leases.deadlines.items and leases.deadlines.items[0] <= now:
             for row_id in leases.expired(now):
@@ -340,10 +354,38 @@ class SqliteStore:
         row_ids = self._current(leases)
         if not row_ids:
             return
+        records = self._leases.ack_records(row_ids)
+        now = self._clock()
+        if self._ack_delay <= 0.0:
+            with self._guard:
+                log.append(self._db, log.ACK, records)
+            self._acked(row_ids, now)
+            self._after_write(now)
+            return
+        # The ack waits for the next write; memory changes now, since a
+        # lost ack only hands the request out again (at-least-once).
+        if not self._waiting_acks:
+            self._acks_since = now
+        self._waiting_acks.extend(records)
+        self._acked(row_ids, now)
+        if now - self._acks_since >= self._ack_delay:
+            self._write_acks(now)
+
+    def _write_acks(self, now: float) -> None:
+        """Log the waiting acks in a commit of their own (their delay is up, or a flush)."""
         with self._guard:
-            log.append(self._db, log.ACK, self._leases.ack_records(row_ids))
-        self._acked(row_ids, self._clock())
-        self._after_write(self._clock())
+            log.append(self._db, log.ACK, self._waiting_acks)
+        self._waiting_acks = []
+        self._after_write(now)
+
+    def _acks_due(self, now: float) -> None:
+        if self._waiting_acks and now - self._acks_since >= self._ack_delay:
+            self._write_acks(now)
+
+    def flush(self) -> None:
+        self._check_open()
+        if self._waiting_acks:
+            self._write_acks(self._clock())
 
     def _acked(self, row_ids: list[int], now: float) -> None:
         """Update memory after the acks of ``row_ids`` were logged."""
@@ -364,6 +406,7 @@ class SqliteStore:
     def release(self, leases: Sequence[object]) -> None:
         self._check_open()
         now = self._clock()
+        self._acks_due(now)
         for row_id in self._current(leases):
             self._requeue(row_id, now)
         self._leases.trim()
@@ -392,9 +435,10 @@ class SqliteStore:
 
     def next_ready_in(self) -> float | None:
         self._check_open()
+        now = self._clock()
+        self._acks_due(now)
         if not self._rows:
             return None
-        now = self._clock()
         soonest = self._board.next_ready_in(now)
         expiry = self._leases.deadlines.next_in(now)
         if expiry is not None:
