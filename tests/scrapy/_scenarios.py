@@ -214,7 +214,8 @@ def download_slots_follow_the_downloader(tmp: Path) -> None:
 
 @scenario
 def in_flight_is_capped_by_concurrent_requests(tmp: Path) -> None:
-    scheduler, crawler = open_scheduler({"CONCURRENT_REQUESTS": 3})
+    # With a durable store: the cap bounds the re-fetches after a kill.
+    scheduler, crawler = open_scheduler({"CONCURRENT_REQUESTS": 3, "JOBDIR": str(tmp / "job")})
     for n in range(10):
         scheduler.enqueue_request(scrapy.Request(f"http://h{n}.example/"))
     handed = [scheduler.next_request() for _ in range(3)]
@@ -222,6 +223,26 @@ def in_flight_is_capped_by_concurrent_requests(tmp: Path) -> None:
     finish(crawler, handed[0])
     assert scheduler.next_request() is not None
     scheduler.close("shutdown")
+
+
+@scenario
+def in_memory_only_the_engine_caps_what_is_in_flight(tmp: Path) -> None:
+    # Nothing is fetched again after a kill: requests go out when Scrapy's
+    # own scheduler would hand them out (the engine backs out by itself).
+    scheduler, _ = open_scheduler({"CONCURRENT_REQUESTS": 3})
+    for n in range(10):
+        scheduler.enqueue_request(scrapy.Request(f"http://h{n}.example/"))
+    handed = [scheduler.next_request() for _ in range(10)]
+    assert all(handed) and scheduler.next_request() is None
+    scheduler.close("shutdown")
+    capped, crawler = open_scheduler({"CONCURRENT_REQUESTS": 3, "CRAWLQ_MAX_IN_FLIGHT": 2})
+    for n in range(10):
+        capped.enqueue_request(scrapy.Request(f"http://h{n}.example/"))
+    handed = [capped.next_request() for _ in range(2)]
+    assert all(handed) and capped.next_request() is None
+    finish(crawler, handed[0])
+    assert capped.next_request() is not None
+    capped.close("shutdown")
 
 
 @scenario
