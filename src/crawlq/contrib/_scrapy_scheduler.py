@@ -36,7 +36,7 @@ from .._frontier import Frontier
 from .._open import open_frontier
 from ._scrapy_codec import RequestCodec, Unserializable
 from ._scrapy_dupefilter import DupeFilter
-from ._scrapy_engine import EngineHook, running_engine
+from ._scrapy_engine import EngineHook, hookable, running_engine
 from ._scrapy_frontiers import Frontiers
 from ._scrapy_settings import SchedulerConfig
 
@@ -140,7 +140,7 @@ class Scheduler(BaseScheduler):
     and ``logunser`` win over ``JOBDIR`` and ``SCHEDULER_DEBUG``, ``dqclass``
     and ``mqclass`` over ``SCHEDULER_DISK_QUEUE`` and
     ``SCHEDULER_MEMORY_QUEUE`` (which pick FIFO or LIFO), and ``pqclass`` is
-    not used. Opened outside a crawl (no engine, as in a test), it gives each
+    not used. Opened with no engine at all (a test, say), it gives each
     request up for good as it hands it out, as Scrapy's scheduler does.
 
     ``DOWNLOAD_DELAY`` is the least gap crawlq leaves between two requests of
@@ -255,8 +255,9 @@ class Scheduler(BaseScheduler):
         if self._dedup:
             self._fingerprint = self.df.fingerprinter.fingerprint
         engine = running_engine(crawler)
+        downloader = getattr(engine, "downloader", None)
+        self._slot_key = downloader.get_slot_key if downloader is not None else _slot_key
         self._in_engine = engine is not None
-        self._slot_key = engine.downloader.get_slot_key if engine is not None else _slot_key
         config = self.config
         self._warn_about_settings()
         host_delay = config.host_delay
@@ -266,7 +267,9 @@ class Scheduler(BaseScheduler):
             host_delay = float(getattr(spider, "download_delay", host_delay))
         store = self._open(config.url, host_delay)
         try:
-            if engine is not None:
+            # A stand-in engine without a slot (as in Scrapy's own tests)
+            # reports no finished requests: they stay leased until close.
+            if engine is not None and hookable(engine):
                 self._hook = EngineHook(crawler, self._finished)
         except BaseException:
             store.close()
