@@ -34,6 +34,7 @@ from .._errors import ConfigError, IncompatibleStore, StoreError
 from .._fingerprint import Fingerprinter
 from .._frontier import Frontier
 from .._open import open_frontier
+from ._scrapy_bookkeeping import Counts, RecentlySeen
 from ._scrapy_codec import RequestCodec, Unserializable
 from ._scrapy_dupefilter import DupeFilter
 from ._scrapy_engine import EngineHook, hookable, running_engine
@@ -51,67 +52,6 @@ logger = logging.getLogger("crawlq.contrib.scrapy")
 #: Slot for requests Scrapy files under "" (URLs without a host, e.g. data:).
 _NO_HOST_SLOT: Final = "(no host)"
 _NO_FINGERPRINT: Final = bytes(16)
-
-
-class _RecentlySeen:
-    """The last `SIZE` fingerprints known to be recorded as seen by the store.
-
-    Most requests a crawl enqueues are links to pages it has already met:
-    a hit here refuses such a duplicate without building, encoding or
-    looking anything up in the store (a disk read for a SQLite job). It is
-    exact: a fingerprint enters only once the store has recorded it, and a
-    store never forgets one. About 7 MB at its size.
-    """
-
-    SIZE: Final = 65_536
-
-    __slots__ = ("_keys",)
-
-    def __init__(self) -> None:
-        self._keys: dict[bytes, None] = {}
-
-    def __contains__(self, fingerprint: bytes) -> bool:
-        return fingerprint in self._keys
-
-    def add(self, fingerprint: bytes) -> None:
-        keys = self._keys
-        if len(keys) >= self.SIZE:
-            del keys[next(iter(keys))]  # the oldest: dicts keep insertion order
-        keys[fingerprint] = None
-
-
-class _Counts:
-    """Scrapy stats incremented in batches.
-
-    Each ``crawler.stats.inc_value`` call goes through Scrapy's deprecation
-    wrappers; on the hot path the scheduler adds to plain ints here instead
-    and hands them to the stats collector every `EVERY` increments and at
-    close, so the stats lag by at most that many operations.
-    """
-
-    EVERY: Final = 256
-
-    __slots__ = ("_pending", "_stats", "counts")
-
-    def __init__(self, stats: Any) -> None:
-        self._stats = stats  # None: not counted
-        self.counts: dict[str, int] = {}
-        self._pending = 0
-
-    def add(self, key: str) -> None:
-        counts = self.counts
-        counts[key] = counts.get(key, 0) + 1
-        self._pending += 1
-        if self._pending >= self.EVERY:
-            self.flush()
-
-    def flush(self) -> None:
-        if self._stats is not None:
-            inc = self._stats.inc_value
-            for key, count in self.counts.items():
-                inc(key, count)
-        self.counts = {}
-        self._pending = 0
 
 
 class Scheduler(BaseScheduler):
@@ -186,6 +126,8 @@ class Scheduler(BaseScheduler):
             overrides["SCHEDULER_MEMORY_QUEUE"] = mqclass
         settings.setdict(overrides, priority="cmdline")
         self.config = SchedulerConfig.from_settings(settings)
+        if jobdir:
+            Path(jobdir).mkdir(parents=True, exist_ok=True)  # as Scrapy's scheduler does
         self.crawler = crawler
         self.df = dupefilter
         # The default dupefilter: crawlq deduplicates in the frontier.
@@ -193,7 +135,7 @@ class Scheduler(BaseScheduler):
         if stats is None and crawler is not None:
             stats = crawler.stats
         self.stats = stats
-        self._counts = _Counts(stats)
+        self._counts = Counts(stats)
         self._count = self._counts.add
         self.spider: scrapy.Spider | None = None
         self._frontiers: Frontiers | None = None
@@ -202,7 +144,7 @@ class Scheduler(BaseScheduler):
         self._log_unserializable = True
         self._log_lost = True
         self._failed: StoreError | None = None
-        self._recent = _RecentlySeen()
+        self._recent = RecentlySeen()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -251,7 +193,7 @@ class Scheduler(BaseScheduler):
             )
         if self.stats is None:
             self.stats = crawler.stats
-            self._counts._stats = crawler.stats
+            self._counts.stats = crawler.stats
         if self._dedup:
             self._fingerprint = self.df.fingerprinter.fingerprint
         engine = running_engine(crawler)
