@@ -75,3 +75,24 @@ def test_fingerprinter_option_is_used() -> None:
     assert frontier.fingerprinter is fingerprinter
     assert frontier.add(crawlq.Request("https://a.example/?utm_source=x"))
     assert not frontier.add(crawlq.Request("https://a.example/"))
+
+
+@pytest.mark.parametrize(
+    ("url", "name", "durable", "shared"),
+    [
+        ("memory://", "memory", False, False),
+        ("sqlite:///job.db", "sqlite", True, False),
+        ("some/job/dir", "sqlite", True, False),
+        ("redis://localhost:6379/0?crawl=c", "redis", True, True),
+        ("rediss://localhost:6379/0?crawl=c", "redis", True, True),
+        ("unix:///run/redis.sock?crawl=c", "redis", True, True),
+    ],
+)
+def test_store_kind_reads_the_scheme_only(url: str, name: str, durable: bool, shared: bool) -> None:
+    kind = crawlq.store_kind(url)
+    assert (kind.name, kind.durable, kind.shared) == (name, durable, shared)
+
+
+def test_store_kind_refuses_an_unknown_scheme() -> None:
+    with pytest.raises(crawlq.ConfigError, match="'redis://'"):
+        crawlq.store_kind("ftp://x")

@@ -30,15 +30,15 @@ from ._errors import (
 )
 from ._fingerprint import Fingerprinter
 from ._frontier import Frontier, FrontierStats
-from ._open import open_frontier
+from ._open import StoreKind, open_frontier, store_kind
 from ._policy import Policy
-from ._request import Request
+from ._request import MAX_URL_LENGTH, Request
+from ._version import __version__
 from .scheduler import Scheduler, SchedulerStats
 from .stores.base import HostCount
 
-__version__ = "0.1.0"
-
 __all__ = [
+    "MAX_URL_LENGTH",
     "ConfigError",
     "CorruptStore",
     "CrawlqError",
@@ -61,7 +61,9 @@ __all__ = [
     "SerializationError",
     "StoreError",
     "StoreFull",
+    "StoreKind",
     "StoreUnavailable",
     "__version__",
     "open_frontier",
+    "store_kind",
 ]

@@ -64,16 +64,21 @@ class InvalidRequest(CrawlqError, ValueError):
     """A request cannot be queued as given.
 
     Raised when a `Request` is built, before anything is stored: a URL that is
-    not http(s) or has no host, a priority that is not an int in range, a
-    method or header of the wrong type.
+    not http(s) or has no host, a line break (CR, LF) or NUL in the URL or a
+    header, a priority that is not an int in range, a method or header of the
+    wrong type. Raised by ``add`` for a URL over the frontier's
+    ``max_url_length``.
     """
 
 
 class SerializationError(InvalidRequest):
-    """A request holds a value the msgpack codec cannot encode.
+    """A request holds a value the msgpack codec cannot encode, or not faithfully.
 
-    Raised by ``add`` and ``add_many`` before anything of the batch is stored;
-    the message names the offending ``meta`` key or field.
+    Raised by ``add`` and ``add_many`` before anything of the batch is stored,
+    on every store alike: for a value msgpack cannot store, one it would hand
+    back as another type (tuple, set, datetime, Decimal), or lists and dicts
+    nested too deep (a list holding itself). The message names the offending
+    ``meta`` key or field and the conversion to make.
     """
 
 
@@ -112,16 +117,26 @@ class IncompatibleStore(StoreError):
 
     Raised at open for a file that is not a crawlq job, a job written by a
     newer crawlq (newer schema), or a job created with settings that must not
-    change on resume (the fingerprint rules, LIFO order). Nothing is
-    overwritten; the message names the setting or the fix.
+    change on resume (the fingerprint rules, LIFO order). Raised for a Redis
+    server whose ``maxmemory-policy`` evicts any key, at open and once it has
+    evicted keys (unless ``allow_eviction=True``). Nothing is overwritten;
+    the message names the setting or the fix. ``setting`` is the name of the
+    option that differs (``"lifo"``, ``"fingerprint"``, ``"dedup"``), or
+    None when the store is not usable as asked for another reason (not
+    crawlq's, a newer format, an evicting server).
     """
+
+    def __init__(self, message: str, *, setting: str | None = None) -> None:
+        super().__init__(message)
+        self.setting = setting
 
 
 class CorruptStore(StoreError):
     """The store's data is damaged and cannot be read safely.
 
-    Raised at open or by the operation that met the damage. The message says
-    what was found; restore the job from a copy, or export what is readable.
+    Raised at open or by the operation that met the damage, and at open for
+    an empty database file. The message says what was found; ``crawlq check
+    JOB`` lists the damage (reading only); restore the job from a copy.
     """
 
 
@@ -129,7 +144,8 @@ class StoreFull(StoreError):
     """The store has no space left (a full disk, or Redis out of memory).
 
     The operation that raised did not take effect; everything accepted
-    before it is still stored. Free space and retry.
+    before it is still stored. A full Redis refuses adds only: pops, acks
+    and releases go on (and acks free memory). Free space and retry.
     """
 
 
@@ -138,9 +154,10 @@ class StoreUnavailable(StoreError):
 
     Raised after crawlq's own retries give up. The operation may or may not
     have taken effect (its reply may have been lost); repeating it is safe: a
-    repeated add reports duplicates, acks and releases are idempotent, and the
-    leases of a lost pop come back when they expire. Nothing accepted before
-    it is lost.
+    repeated add reports duplicates, acks and releases are idempotent, and
+    what a pop with a lost reply leased goes back with the frontier's next
+    call to the store (or at the latest when its lease expires). Nothing
+    accepted before it is lost.
     """
 
 

@@ -11,8 +11,9 @@ import msgspec
 
 from ._errors import FrontierClosed, InvalidRequest, LeaseError, SerializationError
 from ._fingerprint import Fingerprinter
+from ._lease import NOT_HANDED_OUT, Lease
 from ._policy import Policy
-from ._request import Request, check_encodable, encode_request
+from ._request import MAX_URL_LENGTH, Request, check_encodable, encode_request
 from .stores.base import Entry, HostCount, Store
 
 __all__ = ["Frontier", "FrontierStats", "HostCount"]
@@ -50,7 +51,9 @@ class Frontier:
     __slots__ = (
         "_closed",
         "_fingerprinter",
+        "_max_url_length",
         "_needs_payload",
+        "_origin",
         "_store",
         "_store_add",
         "_store_pop",
@@ -59,13 +62,21 @@ class Frontier:
     )
 
     def __init__(
-        self, store: Store, *, policy: Policy, fingerprinter: Fingerprinter, url: str
+        self,
+        store: Store,
+        *,
+        policy: Policy,
+        fingerprinter: Fingerprinter,
+        url: str,
+        max_url_length: int = MAX_URL_LENGTH,
     ) -> None:
         self._store = store
+        self._max_url_length = max_url_length
         self._fingerprinter = fingerprinter
         self._needs_payload = store.needs_payload
         self._store_add = store.add
         self._store_pop = store.pop
+        self._origin = store.origin
         self._closed = False
         self.policy = policy
         self.url = url
@@ -74,6 +85,11 @@ class Frontier:
     def shared(self) -> bool:
         """True if other processes may add or ack in this frontier's store (Redis)."""
         return self._store.shared
+
+    @property
+    def durable(self) -> bool:
+        """True if accepted requests outlive this process (SQLite jobs, Redis)."""
+        return self._store.durable
 
     @property
     def fingerprinter(self) -> Fingerprinter:
@@ -85,6 +101,12 @@ class Frontier:
             raise InvalidRequest(
                 f"expected a crawlq.Request, not {type(request).__name__}; "
                 "wrap URLs with crawlq.Request(url)"
+            )
+        if len(request.url) > self._max_url_length:
+            raise InvalidRequest(
+                f"url {request.url[:200]!r}... is {len(request.url)} characters long, over the "
+                f"frontier's max_url_length of {self._max_url_length}; drop it, or open the "
+                "frontier with a larger max_url_length"
             )
         meta = request.meta
         slot = meta.get(_SLOT_KEY) if meta else None
@@ -99,6 +121,8 @@ class Frontier:
                 )
             # With a slot too, nothing is needed from the URL: it is not parsed.
             host = slot or self._fingerprinter.canonical_and_host(request.url)[1]
+        if len(fingerprint) != 16:
+            fingerprint = fingerprint[:16]  # stores keep and compare 16 bytes
         if slot is not None:
             host = slot
         if self._needs_payload:
@@ -192,7 +216,9 @@ class Frontier:
                 raise InvalidRequest(
                     f"a fingerprint must be at least 16 bytes, not {fingerprint!r}"
                 )
-        return self._store.seen(fingerprints) if fingerprints else []
+        if not fingerprints:
+            return []
+        return self._store.seen([fingerprint[:16] for fingerprint in fingerprints])
 
     def pop(self) -> Request | None:
         """Lease and return the next ready request; None if none is ready now.
@@ -205,31 +231,36 @@ class Frontier:
             raise FrontierClosed(f"frontier {self.url} is closed")
         return self._store_pop()
 
-    def _leases(self, requests: Iterable[Request]) -> list[object]:
+    def _leases(self, requests: Iterable[Request]) -> list[Lease]:
+        """These requests' leases, for the store: the one check of a lease.
+
+        Raises `LeaseError` for a request that carries no lease of this
+        frontier's store (never popped, queued again, or popped elsewhere).
+        A lease that already ended is passed on: the store treats it as done.
+        """
         if self._closed:
             raise FrontierClosed(f"frontier {self.url} is closed")
-        leases = []
+        origin = self._origin
+        handles = []
         for request in requests:
             lease = getattr(request, "_lease", None)
-            if lease is None or not isinstance(request, Request):
-                raise LeaseError(
-                    f"{request!r} was not handed out by a frontier (or was already acked); "
-                    "only requests returned by pop() or Scheduler.get() can be acked or released"
-                )
-            leases.append(lease)
-        return leases
+            if type(lease) is not Lease or (lease[-1] is not origin and lease[-1] != origin):
+                raise LeaseError(NOT_HANDED_OUT.format(request=request))
+            handles.append(lease)
+        return handles
 
     def ack(self, request: Request) -> None:
         """Mark a popped request done.
 
-        Acking after the lease expired does nothing (the request was put back
-        and will be handed out again). Raises `LeaseError` for a request that
-        was never handed out.
+        Acking after the lease expired, or twice, does nothing (the request
+        was put back and will be handed out again). Raises `LeaseError` for a
+        request that was never handed out by this frontier.
         """
         lease = getattr(request, "_lease", None)
-        if lease is None or self._closed:
-            self._leases((request,))  # raises the right error
-        self._store.ack((lease,))
+        if type(lease) is Lease and lease[-1] is self._origin and not self._closed:
+            self._store.ack((lease,))
+        else:
+            self._store.ack(self._leases((request,)))
 
     def ack_many(self, requests: Iterable[Request]) -> None:
         """Mark several popped requests done, in one store operation."""

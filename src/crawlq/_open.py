@@ -6,44 +6,81 @@ import importlib
 import os
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Final
 
 from ._errors import ConfigError
 from ._fingerprint import Fingerprinter
 from ._frontier import Frontier
 from ._policy import Policy
+from ._request import MAX_URL_LENGTH
 from .stores.base import Store
 
-__all__ = ["open_frontier"]
+__all__ = ["StoreKind", "open_frontier", "store_kind"]
 
 _POLICY_OPTIONS: Final = ("host_delay", "host_concurrency", "lifo", "lease_timeout", "clock")
-_COMMON_OPTIONS: Final = (*_POLICY_OPTIONS, "fingerprinter")
+_COMMON_OPTIONS: Final = (*_POLICY_OPTIONS, "fingerprinter", "max_url_length")
 
 # A store module provides OPTIONS (the names of its own options) and
 # open_store(url, policy, fingerprinter, options) -> (store, display URL).
 _StoreFactory = Callable[[str, Policy, Fingerprinter, dict[str, Any]], tuple[Store, str]]
 
-# scheme -> the module that implements it, imported only when used.
-_STORES: Final = {
-    "memory": "crawlq.stores.memory",
-    "sqlite": "crawlq.stores.sqlite",
-    "redis": "crawlq.stores.redis",
+
+@dataclass(frozen=True, slots=True)
+class StoreKind:
+    """What a frontier URL's scheme names: the store, and what it promises."""
+
+    #: The store's name: ``memory``, ``sqlite`` or ``redis``.
+    name: str
+    #: The module that implements it, imported only when used.
+    module: str
+    #: Accepted requests outlive the process.
+    durable: bool
+    #: Other processes may add, pop and ack in the same store.
+    shared: bool
+    #: The module of its read-only job functions (``inspect``, ``export``,
+    #: and for Redis ``purge``) that the CLI uses; None: no job to read.
+    jobs_module: str | None
+
+
+_MEMORY: Final = StoreKind("memory", "crawlq.stores.memory", False, False, None)
+_SQLITE: Final = StoreKind(
+    "sqlite", "crawlq.stores.sqlite", True, False, "crawlq.stores._sqlite_inspect"
+)
+_REDIS: Final = StoreKind("redis", "crawlq.stores.redis", True, True, "crawlq.stores._redis_jobs")
+# scheme -> its store; "rediss" and "unix" are Redis over TLS and a Unix socket.
+_KINDS: Final = {
+    "memory": _MEMORY,
+    "sqlite": _SQLITE,
+    "redis": _REDIS,
+    "rediss": _REDIS,
+    "unix": _REDIS,
 }
-_SCHEME_ALIASES: Final = {"rediss": "redis", "unix": "redis"}
 _SCHEME_LIKE: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*")
 
 
-def _store_module(scheme: str) -> tuple[_StoreFactory, tuple[str, ...]]:
-    name = _STORES[scheme]
-    try:
-        module = importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name == name:
-            raise ConfigError(
-                f"the {scheme} store is not part of this crawlq release yet; "
-                "use 'memory://' for now"
-            ) from None
-        raise
+def store_kind(url: str) -> StoreKind:
+    """Return the store a frontier URL (or a plain job path) names.
+
+    Reads the URL's scheme only: nothing is opened. Raises `ConfigError` for
+    something that is not a non-empty str, or an unknown scheme, naming the
+    known ones.
+    """
+    if not isinstance(url, str) or not url:
+        raise ConfigError(f"frontier URL must be a non-empty str such as 'memory://', not {url!r}")
+    scheme = _scheme(url)
+    kind = _KINDS.get(scheme)
+    if kind is None:
+        known = ", ".join(f"'{s}://'" for s in ("memory", "sqlite", "redis"))
+        raise ConfigError(
+            f"frontier URL {url!r} has an unknown scheme {scheme!r}; use one of {known} "
+            "(or a directory path for a SQLite job)"
+        )
+    return kind
+
+
+def _store_module(kind: StoreKind) -> tuple[_StoreFactory, tuple[str, ...]]:
+    module = importlib.import_module(kind.module)
     return module.open_store, tuple(module.OPTIONS)
 
 
@@ -70,34 +107,38 @@ def open_frontier(url: str = "memory://", **options: Any) -> Frontier:
     host, default no limit), ``lifo`` (newest first within a priority, default
     False), ``lease_timeout`` (seconds before an un-acked request comes back,
     default 600), ``fingerprinter`` (a `Fingerprinter`, default
-    ``Fingerprinter()``) and ``clock`` (a seconds function, for tests).
+    ``Fingerprinter()``), ``max_url_length`` (longest URL accepted, in
+    characters, default `MAX_URL_LENGTH`: 32 KiB) and ``clock`` (a seconds
+    function, for tests).
 
     Raises `ConfigError` for an unknown URL scheme, an unknown option or a
     bad option value, naming what is accepted, and what the store raises when
     it cannot open (`StoreError` and its children).
     """
-    if not isinstance(url, str) or not url:
-        raise ConfigError(f"frontier URL must be a non-empty str such as 'memory://', not {url!r}")
-    scheme = _scheme(url)
-    scheme = _SCHEME_ALIASES.get(scheme, scheme)
-    if scheme not in _STORES:
-        known = ", ".join(f"'{s}://'" for s in _STORES)
-        raise ConfigError(
-            f"frontier URL {url!r} has an unknown scheme {scheme!r}; use one of {known} "
-            "(or a directory path for a SQLite job)"
-        )
-    factory, store_options = _store_module(scheme)
+    kind = store_kind(url)
+    factory, store_options = _store_module(kind)
     unknown = sorted(set(options) - set(_COMMON_OPTIONS) - set(store_options))
     if unknown:
         valid = ", ".join(sorted({*_COMMON_OPTIONS, *store_options}))
         raise ConfigError(
             f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} for "
-            f"{scheme} frontier; valid options are: {valid}"
+            f"{kind.name} frontier; valid options are: {valid}"
         )
     policy = Policy(**{k: options[k] for k in _POLICY_OPTIONS if k in options})
     fingerprinter = options.get("fingerprinter") or Fingerprinter()
     if not isinstance(fingerprinter, Fingerprinter):
         raise ConfigError(f"fingerprinter must be a crawlq.Fingerprinter, not {fingerprinter!r}")
+    max_url_length = options.get("max_url_length", MAX_URL_LENGTH)
+    if isinstance(max_url_length, bool) or not isinstance(max_url_length, int):
+        raise ConfigError(f"max_url_length must be an int >= 16, not {max_url_length!r}")
+    if max_url_length < 16:
+        raise ConfigError(f"max_url_length must be an int >= 16, not {max_url_length!r}")
     extra = {k: options[k] for k in store_options if k in options}
     store, display_url = factory(url, policy, fingerprinter, extra)
-    return Frontier(store, policy=policy, fingerprinter=fingerprinter, url=display_url)
+    return Frontier(
+        store,
+        policy=policy,
+        fingerprinter=fingerprinter,
+        url=display_url,
+        max_url_length=max_url_length,
+    )

@@ -1,22 +1,36 @@
-"""Ordering and pacing shared by every store: the settings, and the slot board.
+"""Ordering, pacing and lease expiry shared by every store.
 
-`Policy` holds the settings, validated once. `Board` applies them to the hosts
-(slots) of a store that keeps its slots in this process: which slot's head
-request goes next, and when a paced slot becomes ready again.
+`Policy` holds the settings, validated once. `order_key` is the tie-break
+within a priority. `Board` applies the pacing to the hosts (slots) of a store
+that keeps its slots in this process: which slot's head request goes next, and
+when a paced slot becomes ready again. `LeaseDeadlines` tells when leases end.
+The Redis store runs the same rules in Lua (``stores/lua/lib.lua``); the
+conformance suite's golden pop orders check that every store agrees.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass, field
 from heapq import heapify, heappop, heappush, heapreplace
 from typing import Any, Final
 
 from ._errors import ConfigError
 
-__all__ = ["DELAYED", "IDLE", "READY", "Board", "Policy", "Slot"]
+__all__ = [
+    "DELAYED",
+    "IDLE",
+    "ORDER_SPAN",
+    "READY",
+    "Board",
+    "LeaseDeadlines",
+    "Policy",
+    "Slot",
+    "order_key",
+]
 
 
 def _number(name: str, value: Any, *, minimum: float, inclusive: bool) -> float:
@@ -64,6 +78,25 @@ class Policy:
             raise ConfigError(f"clock must be a callable returning seconds, not {self.clock!r}")
         object.__setattr__(self, "host_delay", float(self.host_delay))
         object.__setattr__(self, "lease_timeout", float(self.lease_timeout))
+
+
+#: Keys of requests added in the other order than the store's are moved by
+#: this much, past every key of the store's own order (an acceptance number
+#: never reaches it).
+ORDER_SPAN = 10**15
+
+
+def order_key(number: int, lifo: bool, store_lifo: bool) -> int:
+    """Return the tie-break key (lower first) of the ``number``-th accepted request.
+
+    FIFO-added requests count up, LIFO-added ones count down, and every
+    FIFO-added key is below every LIFO-added one, whichever order the store
+    has: a store's own keys are ``number`` (FIFO) or ``-number`` (LIFO), as
+    they always were, and the other kind is shifted by `ORDER_SPAN`.
+    """
+    if lifo:
+        return -number if store_lifo else ORDER_SPAN - number
+    return number - ORDER_SPAN if store_lifo else number
 
 
 # Where a slot is filed: in no heap (nothing queued, or at its concurrency
@@ -118,8 +151,15 @@ class Board:
         self._ready_slots = 0
 
     def place(self, slot: Slot, now: float) -> None:
-        """File a slot where its state calls for, after any change to it."""
-        if slot.state == READY:
+        """File a slot where its state calls for, after any change to its head or leases.
+
+        A slot waiting out its delay stays where it is: its entry in the
+        delayed heap files it again when the delay has passed.
+        """
+        state = slot.state
+        if state == DELAYED:
+            return
+        if state == READY:
             self._ready_slots -= 1
         head = slot.head
         if head is None or slot.leased >= self._concurrency:
@@ -209,7 +249,9 @@ class Board:
         while delayed and delayed[0][0] <= now:
             entry = heappop(delayed)
             if _due(entry):
-                self.place(entry[2], now)
+                slot = entry[2]
+                slot.state = IDLE  # its delay has passed: file it anew
+                self.place(slot, now)
 
     def _compact(self) -> None:
         live = {id(entry[3]): entry for entry in self._ready if _live(entry)}
@@ -228,3 +270,76 @@ def _live(entry: tuple[int, int, int, Slot]) -> bool:
 def _due(entry: tuple[float, str, Slot]) -> bool:
     slot = entry[2]
     return slot.state == DELAYED and slot.ready_at == entry[0]
+
+
+class LeaseDeadlines:
+    """When the leases of a store end, in pop order (one ``lease_timeout`` for all).
+
+    A store keeps its current leases in a dict, ``held[lease[key]] is lease``
+    (a new lease of the same request is a new object). ``items`` holds
+    ``deadline, lease, deadline, lease...`` flat in one deque (no pair tuples:
+    fewer objects on the hot path); a store's pop may append a pair itself
+    (`add` is the same, as a call). Ended leases are dropped lazily from the
+    front, and the deque is compacted in place when one slow lease holds the
+    front, so memory stays bounded by the live leases.
+    """
+
+    __slots__ = ("_held", "_key", "items", "timeout")
+
+    def __init__(self, lease_timeout: float, held: Mapping[Any, Any], key: int) -> None:
+        #: Seconds a lease lasts.
+        self.timeout = lease_timeout
+        self._held = held
+        self._key = key
+        #: ``deadline, lease`` pairs in pop order; the same deque for life.
+        self.items: deque[Any] = deque()
+
+    def add(self, lease: object, now: float) -> None:
+        """Record a lease taken at ``now``."""
+        items = self.items
+        items.append(now + self.timeout)
+        items.append(lease)
+
+    def expired(self, now: float) -> list[Any]:
+        """Remove and return the current leases whose deadline has passed, oldest first."""
+        items = self.items
+        held = self._held
+        key = self._key
+        out = []
+        while items and items[0] <= now:
+            items.popleft()
+            lease = items.popleft()
+            if held.get(lease[key]) is lease:
+                out.append(lease)
+        return out
+
+    def trim(self, ended: Container[Any] = ()) -> None:
+        """Drop ended leases from the front; compact if the deque is large.
+
+        ``ended`` holds leases that just ended: as only an end of the oldest
+        lease frees the front, the front is looked at only then (or with no
+        ``ended`` given), and the size checked every time.
+        """
+        items = self.items
+        held = self._held
+        key = self._key
+        if items and (not ended or items[1] in ended):
+            while items and held.get(items[1][key]) is not items[1]:
+                items.popleft()
+                items.popleft()
+        if len(items) > 4 * len(held) + 2048:
+            pairs = iter(list(items))
+            items.clear()
+            for deadline, lease in zip(pairs, pairs, strict=True):
+                if held.get(lease[key]) is lease:
+                    items.append(deadline)
+                    items.append(lease)
+
+    def next_in(self, now: float) -> float | None:
+        """Seconds until the oldest current lease ends; None if none is held."""
+        self.trim()
+        items = self.items
+        return max(0.0, items[0] - now) if items else None
+
+    def __len__(self) -> int:
+        return len(self.items) // 2

@@ -8,14 +8,16 @@ shared Redis can hand crawlq data but never make it run code (no pickle).
 
 from __future__ import annotations
 
+import datetime
+import decimal
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
 import msgspec
 
 from ._errors import CorruptStore, IncompatibleStore, InvalidRequest, SerializationError, StoreError
 
-__all__ = ["PRIORITY_MAX", "PRIORITY_MIN", "SCHEMA_VERSION", "Request"]
+__all__ = ["MAX_URL_LENGTH", "PRIORITY_MAX", "PRIORITY_MIN", "SCHEMA_VERSION", "Request"]
 
 #: Version of the encoded request layout; bumped on any incompatible change.
 SCHEMA_VERSION: Final = 1
@@ -23,6 +25,11 @@ SCHEMA_VERSION: Final = 1
 #: Priorities are 32-bit signed ints so that every store can order them exactly.
 PRIORITY_MIN: Final = -(2**31)
 PRIORITY_MAX: Final = 2**31 - 1
+
+#: Longest URL a frontier stores by default, in characters (32 KiB); the
+#: ``max_url_length`` option of `open_frontier` changes it. Browsers and
+#: servers give up near 8-64 KiB, and every stored request costs its URL.
+MAX_URL_LENGTH: Final = 32 * 1024
 
 _HTTP: Final = "http://"
 _HTTPS: Final = "https://"
@@ -49,6 +56,20 @@ def _check_url(url: object) -> None:
             )
     if len(url) == start or url[start] in _AUTHORITY_END or url[start] == "@":
         raise InvalidRequest(f"url {url!r} has no host; give the full URL with its host name")
+    if "\n" in url or "\r" in url or "\x00" in url:
+        raise InvalidRequest(
+            f"url {_clip(url)!r} holds a line break or NUL, which would let it forge "
+            "another HTTP request; percent-encode it (%0A, %0D, %00) or drop the link"
+        )
+
+
+def _clip(text: str) -> str:
+    """The start of a long text, to quote in a message."""
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+def _forges_lines(text: str) -> bool:
+    return "\n" in text or "\r" in text or "\x00" in text
 
 
 def _check_priority(priority: object) -> None:
@@ -77,6 +98,11 @@ def _check_headers(headers: Mapping[str, str] | None) -> dict[str, str]:
             raise InvalidRequest(
                 f"header {name!r}: {value!r} is not str to str; decode bytes headers first"
             )
+        if _forges_lines(name) or _forges_lines(value):
+            raise InvalidRequest(
+                f"header {_clip(name)!r}: {_clip(value)!r} holds a line break or NUL, which "
+                "would let it forge other headers or requests; remove them from the header"
+            )
     return checked
 
 
@@ -85,14 +111,17 @@ class Request:
 
     ``url`` is the exact wire URL and is never rewritten; deduplication uses a
     canonical form of it computed separately (see `Fingerprinter`). A higher
-    ``priority`` comes out first. ``meta`` holds msgpack-able values (they come
-    back from durable stores as msgpack types: tuples become lists). ``callback``
-    and ``errback`` are names, for crawlers that dispatch by name. ``dont_filter``
-    bypasses deduplication. ``depth`` is carried for the crawler's own use.
+    ``priority`` comes out first. ``meta`` holds str, bytes, int, float,
+    bool, None, and lists and dicts of them: values every store hands back
+    unchanged (a tuple, set, datetime or Decimal is refused when added).
+    ``callback`` and ``errback`` are names, for crawlers that dispatch by
+    name. ``dont_filter`` bypasses deduplication. ``depth`` is carried for the crawler's own use.
 
     Raises `InvalidRequest` for a URL that is not absolute http(s) with a host,
-    a priority that is not an int in the 32-bit range, or fields of the wrong
-    type. Encodability of ``meta`` is checked when the request is added.
+    a URL or header holding a line break (CR, LF) or NUL, a priority that is
+    not an int in the 32-bit range, or fields of the wrong type. The URL's
+    length (at most `MAX_URL_LENGTH` by default) and the encodability of
+    ``meta`` are checked when the request is added.
     """
 
     __slots__ = (
@@ -119,8 +148,11 @@ class Request:
     errback: str | None
     dont_filter: bool
     depth: int
-    # Store-specific handle of the lease this request was handed out under;
-    # None until a frontier's pop() returns it.
+    # The `crawlq._lease.Lease` this request was handed out under (a store
+    # may mark a queued object with something else); None until popped. It
+    # rides on the request because ack(request) must tell "acked twice"
+    # (harmless) from "never popped" (LeaseError) without the frontier keeping
+    # a record of every request it ever handed out.
     _lease: object
 
     def __init__(
@@ -271,7 +303,11 @@ def encode_request(request: Request) -> bytes:
 
 
 def check_encodable(request: Request) -> None:
-    """Raise `SerializationError` if the request's meta cannot be encoded."""
+    """Raise `SerializationError` if the request's meta cannot be encoded.
+
+    The memory store keeps the request object itself: this refuses the same
+    values as `encode_request`, so that every store hands back the same meta.
+    """
     meta = request.meta
     if meta:
         _check_meta_keys(request)
@@ -282,11 +318,84 @@ def check_encodable(request: Request) -> None:
 
 
 def _check_meta_keys(request: Request) -> None:
-    for key in request.meta:
+    """Refuse meta that would not come back from msgpack as it went in.
+
+    Keys must be str. Values may be str, bytes, int, float, bool, None, and
+    lists and dicts of those (nested dicts may also have int, float, bytes or
+    None keys), at most `_MAX_META_DEPTH` levels deep: msgpack would turn a
+    tuple or set into a list and a datetime or Decimal into a str, so the
+    memory store (which keeps the object) and the durable stores (which
+    decode it) would disagree. Raises `SerializationError` naming the key.
+    """
+    scalars = _META_SCALARS
+    for key, value in request.meta.items():
         if type(key) is not str:
             raise SerializationError(
                 f"meta key {key!r} of {request.url} is not a str; meta keys must be strings"
             )
+        if type(value) not in scalars:
+            _check_meta_value(value, request, key, 1)
+
+
+#: Types a meta value may have that msgpack hands back as the same type.
+_META_SCALARS: Final = frozenset({str, bytes, int, float, bool, type(None)})
+#: Deepest nesting of lists and dicts in meta (a list holding itself is endless).
+_MAX_META_DEPTH: Final = 32
+_META_HINTS: Final = {
+    tuple: "a list",
+    set: "a list",
+    frozenset: "a list",
+    datetime.datetime: "a str (value.isoformat())",
+    datetime.date: "a str (value.isoformat())",
+    datetime.time: "a str (value.isoformat())",
+    decimal.Decimal: "a str (str(value))",
+    bytearray: "bytes",
+    memoryview: "bytes",
+}
+
+
+def _check_meta_value(value: Any, request: Request, key: str, depth: int) -> None:
+    kind = type(value)
+    if kind in _META_SCALARS:
+        return
+    if depth > _MAX_META_DEPTH:
+        raise SerializationError(
+            f"meta[{key!r}] of {request.url} nests lists or dicts more than "
+            f"{_MAX_META_DEPTH} deep (does it contain itself?); flatten it"
+        )
+    if kind is list:
+        for item in value:
+            if type(item) not in _META_SCALARS:
+                _check_meta_value(item, request, key, depth + 1)
+        return
+    if kind is dict:
+        for name, item in value.items():
+            if type(name) not in _META_SCALARS:
+                _refuse_meta_value(name, request, key)
+            if type(item) not in _META_SCALARS:
+                _check_meta_value(item, request, key, depth + 1)
+        return
+    _refuse_meta_value(value, request, key)
+
+
+def _refuse_meta_value(value: Any, request: Request, key: str) -> NoReturn:
+    kind = type(value)
+    name = (
+        kind.__qualname__
+        if kind.__module__ == "builtins"
+        else kind.__module__ + "." + kind.__qualname__
+    )
+    hint = _META_HINTS.get(kind)
+    if hint is not None:
+        raise SerializationError(
+            f"meta[{key!r}] of {request.url} holds a {name}, which a durable store would "
+            f"hand back as {hint}: convert it to {hint} yourself, so that every store "
+            "hands back the same request"
+        )
+    raise SerializationError(
+        f"meta[{key!r}] of {request.url} holds a {name}, which crawlq cannot store; "
+        "keep meta to msgpack types (str, bytes, int, float, bool, None, list, dict)"
+    )
 
 
 def _serialization_error(request: Request, exc: Exception) -> SerializationError:

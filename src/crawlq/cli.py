@@ -28,12 +28,12 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from . import __version__
 from ._errors import ConfigError, CrawlqError, InvalidRequest
 from ._fingerprint import Fingerprinter
 from ._jobfile import JobReport, decode_line, encode_line
-from ._open import _SCHEME_ALIASES, _scheme, open_frontier
+from ._open import open_frontier, store_kind
 from ._request import Request
+from ._version import __version__
 
 if TYPE_CHECKING:
     from ._demo import DemoProgress, DemoResult
@@ -44,13 +44,6 @@ DEMO_NEEDS_AIOHTTP: Final = "crawlq demo needs aiohttp: pip install 'crawlq[demo
 DEFAULT_DEMO_JOB: Final = "crawlq-demo-job"
 #: Bad lines ``crawlq import`` lists before summing up the rest.
 MAX_BAD_LINES: Final = 20
-#: Where each store's read-only job functions live: ``inspect(url, *, top) ->
-#: JobReport`` and ``export(url) -> Iterator[Request]``.
-_JOB_READERS: Final = {
-    "sqlite": "crawlq.stores._sqlite_inspect",
-    "redis": "crawlq.stores._redis_jobs",
-}
-
 app = typer.Typer(
     name="crawlq",
     no_args_is_help=True,
@@ -228,19 +221,15 @@ def _job_reader(job: str, name: str) -> Callable[..., Any]:
     Raises `ConfigError` for a memory frontier, an unknown scheme, or a store
     that does not provide it (yet).
     """
-    scheme = _scheme(job)
-    scheme = _SCHEME_ALIASES.get(scheme, scheme)
+    kind = store_kind(job)
+    scheme = kind.name
     if scheme == "memory":
         raise ConfigError(
             f"a memory:// frontier lives inside its process: there is no job to {name}; "
             "give a job directory or a sqlite:/// URL"
         )
-    module_name = _JOB_READERS.get(scheme)
-    if module_name is None:
-        raise ConfigError(
-            f"{job!r} has an unknown scheme {scheme!r}; give a job directory, "
-            "a sqlite:/// URL or a redis:// URL"
-        )
+    module_name = kind.jobs_module
+    assert module_name is not None  # every store but memory has job functions
     module = None
     try:
         module = importlib.import_module(module_name)
@@ -359,6 +348,35 @@ def export(job: JobArgument) -> None:
         _fail(f"{len(failed):,} requests could not be exported; the others were")
 
 
+@app.command()
+def check(job: JobArgument) -> None:
+    """Look for damage in a SQLite job: SQLite's integrity_check and crawlq's invariants.
+
+    Reads the job only (never writes, never locks), so it works while a crawl
+    runs. Prints what it found; exits 1 if anything is damaged.
+    """
+    with _clean_errors():
+        if store_kind(job).name != "sqlite":
+            raise ConfigError(
+                f"check reads a SQLite job (a job directory or sqlite:/// URL), not {job!r}; "
+                "use crawlq inspect to look at other frontiers"
+            )
+        from .stores._sqlite_check import check as check_job
+
+        report = check_job(job)
+    for problem in report.problems:
+        typer.echo(problem)
+    if report.problems:
+        _fail(
+            f"job {report.path} is damaged ({len(report.problems):,} problems above); restore "
+            "it from a copy, or save what export can still read: crawlq export JOB > saved.jsonl"
+        )
+    typer.echo(
+        f"job {report.path}: no damage found ({report.requests:,} requests in "
+        f"{report.hosts:,} hosts, {report.log_entries:,} log entries not yet applied)"
+    )
+
+
 def _report_bad(problems: list[str], what: str) -> None:
     for problem in problems[:MAX_BAD_LINES]:
         typer.echo(problem, err=True)
@@ -420,8 +438,7 @@ def _read_lines(file: str) -> list[bytes]:
 
 def _job_options(job: str) -> tuple[Fingerprinter, bool]:
     """The fingerprinter and LIFO setting an existing job was created with (else defaults)."""
-    scheme = _scheme(job)
-    if scheme != "sqlite":
+    if store_kind(job).name != "sqlite":
         return Fingerprinter(), False
     from .stores._sqlite_inspect import job_settings
 
@@ -465,8 +482,7 @@ def purge(
     recreates the keys it touches.
     """
     with _clean_errors():
-        scheme = _scheme(url)
-        if _SCHEME_ALIASES.get(scheme, scheme) != "redis":
+        if store_kind(url).name != "redis":
             raise ConfigError(
                 f"purge deletes a Redis crawl; for a SQLite job ({url}), stop its crawl "
                 "and delete the job directory or file"

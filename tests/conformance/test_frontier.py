@@ -6,6 +6,10 @@ Redis, run the same tests; delays are short but wide enough for a busy CI.
 
 from __future__ import annotations
 
+import datetime
+import decimal
+import functools
+import math
 import time
 
 import pytest
@@ -525,3 +529,228 @@ def test_add_many_acks_the_parent_in_the_same_step(open_store: OpenFrontier) -> 
     with pytest.raises(crawlq.LeaseError):
         frontier.add_many([Request("https://b.example/")], ack=Request("https://c.example/"))
     assert frontier.add(Request("https://b.example/"))  # the refused batch stored nothing
+
+
+# -- hardening: injection, length, meta round trip ----------------------------
+
+
+@pytest.mark.parametrize("bad", ["\r\n", "\n", "\r", "\x00"])
+def test_line_breaks_and_nul_in_urls_and_headers_are_refused(
+    open_store: OpenFrontier, bad: str
+) -> None:
+    frontier = open_store()
+    with pytest.raises(crawlq.InvalidRequest, match=r"line break or NUL.*percent-encode"):
+        Request(f"https://a.example/x{bad}Host: evil.example")
+    with pytest.raises(crawlq.InvalidRequest, match="line break or NUL"):
+        Request("https://a.example/", headers={"X-Token": f"1{bad}X-Admin: yes"})
+    with pytest.raises(crawlq.InvalidRequest, match="line break or NUL"):
+        Request("https://a.example/", headers={f"X{bad}Y": "1"})
+    with pytest.raises(crawlq.InvalidRequest, match="line break or NUL"):
+        Request("https://a.example/").replace(headers={"Cookie": f"a=1{bad}"})
+    # Percent-encoded, they are plain characters of the URL.
+    assert frontier.add(Request("https://a.example/x%0D%0AHost:%20evil.example"))
+    assert len(frontier) == 1
+
+
+def test_urls_longer_than_the_cap_are_refused(open_store: OpenFrontier) -> None:
+    frontier = open_store()
+    assert crawlq.MAX_URL_LENGTH == 32 * 1024
+    base = "https://a.example/"
+    longest = base + "x" * (crawlq.MAX_URL_LENGTH - len(base))
+    assert frontier.add(Request(longest))
+    huge = Request(base + "y" * 10_000_000)
+    with pytest.raises(crawlq.InvalidRequest, match="max_url_length of 32768"):
+        frontier.add_many([Request("https://b.example/"), huge])
+    assert len(frontier) == 1  # the batch stored nothing
+    popped = frontier.pop()
+    assert popped is not None and popped.url == longest
+
+
+def test_the_url_cap_is_an_option(open_store: OpenFrontier, store_url: str) -> None:
+    frontier = open_store(max_url_length=40)
+    assert frontier.add(Request("https://a.example/" + "x" * 22))  # 40 characters
+    with pytest.raises(crawlq.InvalidRequest, match="max_url_length of 40"):
+        frontier.add(Request("https://a.example/" + "x" * 23))
+    frontier.close()
+    roomy = open_store(max_url_length=200_000)
+    assert roomy.add(Request("https://b.example/" + "x" * 100_000))
+    for bad in (0, 1.5, True, "40"):
+        with pytest.raises(crawlq.ConfigError, match="max_url_length must be an int"):
+            crawlq.open_frontier(store_url, max_url_length=bad)
+
+
+def _holds_itself() -> list[object]:
+    endless: list[object] = [1]
+    endless.append(endless)
+    return endless
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ({1, 2}, r"holds a set, which a durable store would hand back as a list"),
+        (frozenset({1}), r"holds a frozenset.*as a list"),
+        ((1, 2), r"holds a tuple.*as a list"),
+        ([1, (2, 3)], r"holds a tuple"),
+        ({"when": datetime.datetime(2026, 1, 2, 3, 4)}, r"holds a datetime.datetime.*isoformat"),
+        (datetime.date(2026, 1, 2), r"holds a datetime.date.*isoformat"),
+        (decimal.Decimal("1.10"), r"holds a decimal.Decimal.*str\(value\)"),
+        (bytearray(b"x"), r"holds a bytearray.*as bytes"),
+        ({(1, 2): "pair"}, r"holds a tuple"),
+        (_holds_itself(), r"more than 32 deep \(does it contain itself\?\)"),
+    ],
+)
+def test_meta_that_would_change_type_is_refused_by_every_store(
+    open_store: OpenFrontier, value: object, message: str
+) -> None:
+    frontier = open_store()
+    request = Request("https://a.example/", meta={"ok": 1, "odd": value})
+    with pytest.raises(crawlq.SerializationError, match=r"meta\['odd'\] .*" + message):
+        frontier.add(request)
+    with pytest.raises(crawlq.SerializationError, match=r"meta\['odd'\]"):
+        frontier.add_many([Request("https://b.example/"), request])
+    assert len(frontier) == 0
+
+
+def test_meta_comes_back_the_same_from_every_store(open_store: OpenFrontier) -> None:
+    frontier = open_store()
+    meta = {
+        "text": "ünï\n",
+        "raw": b"\x00\xff",
+        "int": -(2**63),
+        "big": 2**64 - 1,
+        "float": 1.5,
+        "inf": math.inf,
+        "flag": False,
+        "none": None,
+        "list": [1, "2", [3.0, None], {"k": b""}],
+        "nested": {"a": {1: "int key", 2.5: "float key", b"b": "bytes key", None: 0}},
+        "deep": functools.reduce(lambda inner, _: [inner], range(31), []),
+    }
+    sent = Request("https://a.example/", meta=meta)
+    frontier.add(sent)
+    back = frontier.pop()
+    assert back is not None
+    assert back.meta == meta
+    assert {k: type(v) for k, v in back.meta.items()} == {k: type(v) for k, v in meta.items()}
+    assert type(back.meta["list"][2]) is list and type(back.meta["list"][3]) is dict
+
+
+# -- what a store is ---------------------------------------------------------------
+
+
+def test_frontier_says_what_its_url_promised(open_store: OpenFrontier, store_url: str) -> None:
+    frontier = open_store()
+    kind = crawlq.store_kind(store_url)
+    assert (frontier.durable, frontier.shared) == (kind.durable, kind.shared)
+    assert kind.name in frontier.url or kind.name == "sqlite"
+
+
+def test_a_changed_setting_is_named_on_the_error(open_store: OpenFrontier) -> None:
+    frontier = open_store()
+    if not frontier.durable:
+        pytest.skip("a memory frontier starts empty: nothing to resume")
+    frontier.add(Request("https://a.example/"))
+    frontier.close()
+    with pytest.raises(crawlq.IncompatibleStore, match="lifo") as caught:
+        open_store(lifo=True)
+    assert caught.value.setting == "lifo"
+
+
+# -- golden pop orders -------------------------------------------------------------
+#
+# Each vector is a script and the exact pop order the store semantics give it
+# (stores/base.py; the Board in _policy.py; the Lua in stores/lua/ for Redis).
+# Worked out by hand from the rules, not recorded from a store: every store,
+# Redis included, must reproduce them exactly.
+#
+# Steps: ("add", [(url path, priority), ...], lifo or None), ("pop",) pops
+# and holds, ("pop+ack",) pops and acks at once, ("ack", path), ("release",
+# path), ("none",) expects nothing ready. Hosts are the first path letter.
+
+_ADDS = ("add", [("a/1", 0), ("b/1", 0), ("a/2", 5), ("c/1", 0), ("b/2", 5), ("a/3", 0)], None)
+
+GOLDEN: dict[str, tuple[dict[str, object], list[tuple[object, ...]], list[str]]] = {
+    # Held leases: priority first, then the host with fewest leases, then age.
+    "fewest leases break ties": (
+        {},
+        [_ADDS, *[("pop",)] * 6, ("none",)],
+        ["a/2", "b/2", "c/1", "a/1", "b/1", "a/3"],
+    ),
+    # Acked at once, no host holds a lease: priority, then first in first out.
+    "fifo within a priority": (
+        {},
+        [_ADDS, *[("pop+ack",)] * 6, ("none",)],
+        ["a/2", "b/2", "a/1", "b/1", "c/1", "a/3"],
+    ),
+    "lifo within a priority": (
+        {"lifo": True},
+        [_ADDS, *[("pop+ack",)] * 6, ("none",)],
+        ["b/2", "a/2", "a/3", "c/1", "b/1", "a/1"],
+    ),
+    # FIFO-added oldest first, then LIFO-added newest first, at one priority.
+    "batches of both orders": (
+        {},
+        [
+            ("add", [("x/1", 0), ("x/2", 0)], False),
+            ("add", [("x/3", 0), ("x/4", 0)], True),
+            ("add", [("x/5", 0)], None),
+            ("add", [("x/6", 1)], True),
+            *[("pop+ack",)] * 6,
+        ],
+        ["x/6", "x/1", "x/2", "x/5", "x/4", "x/3"],
+    ),
+    # A host at its concurrency limit is skipped until a lease ends; a
+    # released request goes back to its own place.
+    "concurrency and release": (
+        {"host_concurrency": 1},
+        [
+            ("add", [("a/1", 0), ("a/2", 0), ("b/1", 0), ("b/2", 9)], None),
+            ("pop",),
+            ("pop",),
+            ("none",),
+            ("release", "b/2"),
+            ("pop",),
+            ("none",),
+            ("ack", "a/1"),
+            ("pop",),
+            ("ack", "b/2"),
+            ("pop",),
+            ("none",),
+        ],
+        ["b/2", "a/1", "b/2", "a/2", "b/1"],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(GOLDEN))
+def test_golden_pop_order(open_store: OpenFrontier, name: str) -> None:
+    options, steps, expected = GOLDEN[name]
+    frontier = open_store(**options)
+    held: dict[str, Request] = {}
+    popped: list[str] = []
+    for step in steps:
+        kind = step[0]
+        if kind == "add":
+            _, batch, lifo = step
+            requests = [
+                Request(f"https://{path[0]}.example/{path}", priority=priority)
+                for path, priority in batch  # type: ignore[attr-defined]
+            ]
+            assert all(frontier.add_many(requests, lifo=lifo))  # type: ignore[arg-type]
+        elif kind in ("pop", "pop+ack"):
+            request = frontier.pop()
+            assert request is not None, f"nothing ready after {popped}"
+            path = request.url.split("/", 3)[3]
+            popped.append(path)
+            if kind == "pop+ack":
+                frontier.ack(request)
+            else:
+                held[path] = request
+        elif kind == "none":
+            assert frontier.pop() is None, f"something ready after {popped}"
+        elif kind == "ack":
+            frontier.ack(held.pop(str(step[1])))
+        else:
+            frontier.release(held.pop(str(step[1])))
+    assert popped == expected

@@ -396,9 +396,8 @@ def test_children_then_their_parents_acks(url: str, monkeypatch: pytest.MonkeyPa
     parents = [r for r in iter(frontier.pop, None)]
     store = frontier._store
     children = [Request(f"https://h{i}.example/child") for i in range(3)]
-    assert (
-        store.add([frontier._entry(c) for c in children], [p._lease for p in parents]) == [True] * 3
-    )
+    handles = [p._lease for p in parents]
+    assert store.add([frontier._entry(c) for c in children], handles) == [True] * 3
     stats = frontier.stats()
     assert (stats.queued, stats.leased) == (3, 0)
     frontier.close()
@@ -441,3 +440,104 @@ def test_keys_restored_behind_the_functions_back_are_reaped_within_a_second(
         assert came_back is not None and came_back.url == "https://a.example/backup"
         frontier.ack(came_back)
     client.close()
+
+
+def _at_phase(low: float, high: float) -> None:
+    """Wait until the wall clock (the server's, on this machine) is in [low, high) of a ms."""
+    while not low <= (time.time() * 1000) % 1 < high:
+        pass
+
+
+def test_a_host_delay_is_never_undercut(url: str) -> None:
+    """Leases of one host by two workers come at least host_delay apart.
+
+    The server leases each request between the pop's send and its reply, so
+    the reply of a lease minus the send of the one before bounds their gap
+    from above: that bound must reach the delay every time. Every other
+    lease is taken late in a millisecond and the next early in one: a server
+    clock rounded down to whole ms (as it once was) gave gaps up to 1 ms short.
+    """
+    delay = 0.05
+    workers = [crawlq.open_frontier(url, host_delay=delay) for _ in range(2)]
+    workers[0].add_many([Request(f"https://a.example/{i}") for i in range(20)])
+    gaps = []
+    last_sent = None
+    for n in range(20):
+        worker = workers[n % 2]
+        while True:
+            if n % 2 == 0:
+                _at_phase(0.7, 0.9)
+            else:
+                _at_phase(0.0, 0.2)
+            sent = time.monotonic()
+            request = worker.pop()
+            received = time.monotonic()
+            if request is not None:
+                break
+        worker.ack(request)
+        if last_sent is not None:
+            gaps.append(received - last_sent)
+        last_sent = sent
+    assert min(gaps) >= delay, [round(gap * 1000, 2) for gap in gaps]
+    for worker in workers:
+        worker.close()
+
+
+def _outage_after_next_reply(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """The next call runs on the server, then the connection stays down.
+
+    Every later round trip fails with a connection error until the returned
+    list is cleared: the server's reply to that call is lost for good.
+    """
+    import redis
+
+    from crawlq.stores import _redis_conn
+
+    real_round_trip = _redis_conn._round_trip
+    down: list[bool] = []
+    lost: list[bool] = []
+
+    def run_then_fail(conn: object, packed: bytes) -> object:
+        if down:
+            raise redis.ConnectionError("connection refused (test)")
+        reply = real_round_trip(conn, packed)
+        if not lost:
+            lost.append(True)
+            down.append(True)
+            raise redis.ConnectionError("connection reset by peer (test)")
+        return reply
+
+    monkeypatch.setattr(_redis_conn, "_round_trip", run_then_fail)
+    return down
+
+
+@pytest.mark.parametrize("next_call", ["pop", "stats_then_pop", "close"])
+def test_the_leases_of_a_pop_lost_in_an_outage_come_back_at_once(
+    url: str, monkeypatch: pytest.MonkeyPatch, next_call: str
+) -> None:
+    """A pop ran but its reply was lost and the retries gave up: its leases return.
+
+    The lease timeout is long: only the next call can bring them back.
+    """
+    frontier = crawlq.open_frontier(url, retry_timeout=0.2, host_delay=60, prefetch=8)
+    frontier.add_many([Request(f"https://h{i}.example/") for i in range(3)])
+    assert frontier.pop() is not None  # h0: a batch of one, served
+    down = _outage_after_next_reply(monkeypatch)
+    with pytest.raises(crawlq.StoreUnavailable):
+        frontier.pop()  # leased h1 (and started its delay) on the server
+    with pytest.raises(crawlq.StoreUnavailable):
+        frontier.pop()  # never reached the server
+    down.clear()  # the server is back
+    if next_call == "close":
+        frontier.close()
+        other = crawlq.open_frontier(url)
+        assert (other.stats().queued, other.stats().leased) == (2, 1)
+        other.close()
+        return
+    if next_call == "stats_then_pop":
+        frontier.stats()
+    again = frontier.pop()
+    assert again is not None and again.url == "https://h1.example/"
+    stats = frontier.stats()
+    assert (stats.queued, stats.leased) == (1, 2)  # h2 queued (or prefetched)
+    frontier.close()

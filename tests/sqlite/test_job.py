@@ -21,8 +21,8 @@ import pytest
 
 import crawlq
 from crawlq._bloom import BloomFilter
+from crawlq.stores import _sqlite_bloom as sqlite_bloom
 from crawlq.stores import _sqlite_job
-from crawlq.stores import sqlite as sqlite_store
 
 from ._helpers import close_pipes, file_state, job_url, read_line, sigkill, spawn
 
@@ -622,7 +622,7 @@ class _Gate:
                 assert event.wait(timeout=60), "the gate was never opened"
                 super().__init__(capacity)
 
-        monkeypatch.setattr(sqlite_store, "BloomFilter", GatedBloom)
+        monkeypatch.setattr(sqlite_bloom, "BloomFilter", GatedBloom)
 
 
 def _wait_bloom_ready(frontier: crawlq.Frontier) -> None:
@@ -667,7 +667,7 @@ def test_bloom_filter_never_calls_a_new_url_a_duplicate(
 def test_bloom_filter_rebuild_never_calls_a_new_url_a_duplicate(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sqlite_store, "_BLOOM_MIN_CAPACITY", 64)
+    monkeypatch.setattr(sqlite_bloom, "_MIN_CAPACITY", 64)
     gate = _Gate(monkeypatch)
     gate.event.set()
     seen: list[str] = []

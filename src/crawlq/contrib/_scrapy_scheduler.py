@@ -245,12 +245,14 @@ class Scheduler(BaseScheduler):
             return open_frontier(url, **options)
         except IncompatibleStore as exc:
             hint = ""
-            if "lifo" in str(exc):
+            if exc.setting == "lifo":
                 hint = (
                     f" (this crawl asks for CRAWLQ_LIFO={config.lifo}, from CRAWLQ_LIFO or "
                     "SCHEDULER_DISK_QUEUE: set CRAWLQ_LIFO to the job's value)"
                 )
-            raise IncompatibleStore(f"CRAWLQ_URL={url!r}: {exc}{hint}") from None
+            raise IncompatibleStore(
+                f"CRAWLQ_URL={url!r}: {exc}{hint}", setting=exc.setting
+            ) from None
         except ConfigError as exc:
             raise ConfigError(f"CRAWLQ_URL={url!r} (or CRAWLQ_OPTIONS): {exc}") from None
         except StoreError as exc:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from .._errors import ConfigError
+from .._open import store_kind
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -22,7 +23,6 @@ if TYPE_CHECKING:
 
 __all__ = ["SchedulerConfig"]
 
-_SHARED_SCHEMES = frozenset({"redis", "rediss", "unix"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,8 +65,11 @@ class SchedulerConfig:
             raise ConfigError(
                 f"CRAWLQ_URL must be a str such as 'memory://' or a job directory, not {url!r}"
             )
-        durable = not url.startswith("memory:")
-        shared = url.split(":", 1)[0].lower() in _SHARED_SCHEMES
+        try:
+            kind = store_kind(url)
+        except ConfigError as exc:
+            raise ConfigError(f"CRAWLQ_URL={url!r}: {exc}") from None
+        durable, shared = kind.durable, kind.shared
         lifo_setting = settings.get("CRAWLQ_LIFO")
         if lifo_setting is None:
             queue = settings.get("SCHEDULER_DISK_QUEUE" if durable else "SCHEDULER_MEMORY_QUEUE")

@@ -198,6 +198,9 @@ class Settings:
     ``bloom_capacity`` and ``bloom_error_rate`` (default 0.001) switch a new
     crawl to Bloom dedup. ``retry_timeout`` (default 10 s) bounds how long
     connection failures are retried before `StoreUnavailable`.
+    ``allow_eviction`` (default False) opens a server whose
+    ``maxmemory-policy`` evicts any key (``allkeys-*``): lossy, as the server
+    then drops requests, leases and seen fingerprints when full.
 
     Raises `ConfigError` for a value of the wrong type or range.
     """
@@ -206,6 +209,7 @@ class Settings:
     bloom_capacity: int | None
     bloom_error_rate: float | None
     retry_timeout: float
+    allow_eviction: bool = False
 
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> Settings:
@@ -231,7 +235,10 @@ class Settings:
         retry = options.get("retry_timeout", 10.0)
         if isinstance(retry, bool) or not isinstance(retry, int | float) or not 0 <= retry < 3600:
             raise ConfigError(f"retry_timeout must be seconds in [0, 3600), not {retry!r}")
-        return cls(prefetch, capacity, rate, float(retry))
+        allow_eviction = options.get("allow_eviction", False)
+        if not isinstance(allow_eviction, bool):
+            raise ConfigError(f"allow_eviction must be True or False, not {allow_eviction!r}")
+        return cls(prefetch, capacity, rate, float(retry), allow_eviction)
 
 
 def bloom_shape(capacity: int, error_rate: float) -> tuple[int, int]:

@@ -123,9 +123,10 @@ def translate(exc: BaseException, location: RedisURL, doing: str) -> StoreError:
         )
     if isinstance(exc, errors.OutOfMemoryError):
         return StoreFull(
-            f"Redis at {where} is out of memory ({text}); nothing was stored by this call. "
-            "Raise maxmemory (and use maxmemory-policy noeviction), or use Bloom dedup "
-            "(bloom_capacity=...) to shrink the seen set"
+            f"Redis at {where} is out of memory (used memory over maxmemory) and refused {doing}: "
+            f"this call stored nothing; everything accepted before it is kept ({text}). "
+            "Popping, acking and releasing still work and free memory; raise maxmemory, "
+            "or use Bloom dedup (bloom_capacity=...) to shrink the seen set"
         )
     if isinstance(exc, errors.ConnectionError | errors.TimeoutError):
         return StoreUnavailable(
@@ -165,14 +166,22 @@ class Library:
 
     #: Files joined in this order; lib.lua defines what the others share.
     PARTS: Final = ("lib", "add", "pop", "finish", "read", "inspect", "open")
-    #: Function name suffix -> (Lua function, flags).
+    #: Function name suffix -> (Lua function, flags). A full Redis (used
+    #: memory over ``maxmemory``, policy ``noeviction``) refuses every
+    #: function but ``no-writes`` and ``allow-oom`` ones: only adding is
+    #: refused, so workers can still drain the queue (pops, acks and releases
+    #: free memory or add a few bytes of lease records), save their state and
+    #: open the crawl. ``probe`` is add for the self-check's scratch keys,
+    #: deleted at once, so a full server can still be opened.
     FUNCTIONS: Final = {
         "add": ("add", ""),
-        "pop": ("pop", ""),
-        "finish": ("ack_or_release", ""),
+        "probe": ("add", "allow-oom"),
+        "pop": ("pop", "allow-oom"),
+        "finish": ("ack_or_release", "allow-oom"),
         "read": ("read", "no-writes"),
         "histogram": ("histogram", "no-writes"),
-        "open": ("open", ""),
+        "open": ("open", "allow-oom"),
+        "state": ("save_state", "allow-oom"),
     }
 
     def __init__(self) -> None:
@@ -313,6 +322,14 @@ class Link:
         errors = redis_module().exceptions
         try:
             self.command(b"FUNCTION", b"LOAD", self.library.source, doing=doing)
+        except StoreFull:
+            # A full server refuses FUNCTION LOAD before it looks: fine if
+            # the library is loaded already.
+            listed = self.command(
+                b"FUNCTION", b"LIST", b"LIBRARYNAME", self.library.name, doing=doing
+            )
+            if not listed:
+                raise
         except StoreError as exc:
             # Another worker loaded it first: same name, same source.
             if "ALREADY EXISTS" not in str(exc).upper():

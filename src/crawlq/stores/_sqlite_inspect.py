@@ -23,16 +23,15 @@ import sqlite3
 import time
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from .. import __version__
 from .._errors import StoreError
 from .._jobfile import HostReport, JobReport
 from .._request import Request, decode_request
+from .._version import __version__
 from ._sqlite_job import DATABASE_NAME, SCHEMA_VERSION, connect, job_path, translate
-from .sqlite import _ADD, _decode  # the log's format, kept in one place
+from ._sqlite_log import LogFold, fold
 
 __all__ = ["export", "inspect", "job_settings"]
 
@@ -71,45 +70,14 @@ def job_settings(url: str) -> dict[str, Any] | None:
     return {key: value if key == "crawlq_version" else json.loads(value) for key, value in rows}
 
 
-@dataclass(slots=True)
-class _Log:
-    """The store's operation log (``ops``), folded: what it changes in the tables."""
-
-    #: Log rows not yet applied to the tables.
-    entries: int = 0
-    #: Requests added and not acked since: row id -> (host, -priority, payload).
-    added: dict[int, tuple[str, int, bytes]] = field(default_factory=dict)
-    #: Rows of the ``requests`` table that were acked since.
-    acked: set[int] = field(default_factory=set)
-    #: Change of each host's count of stored requests.
-    delta: Counter[str] = field(default_factory=Counter)
-    #: New fingerprints.
-    seen: int = 0
-
-
-def _read_log(db: sqlite3.Connection) -> _Log:
+def _read_log(db: sqlite3.Connection) -> LogFold:
     """Fold the log as the store's flush applies it (an older job has no log)."""
-    log = _Log()
     has_log = db.execute(
         "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ops'"
     ).fetchone()
     if not has_log:
-        return log
-    for (data,) in db.execute("SELECT data FROM ops ORDER BY id"):
-        log.entries += 1
-        kind, items = _decode(data)
-        if kind == _ADD:
-            for row_id, host, negprio, _seq, fingerprint, payload in items:
-                log.added[row_id] = (host, negprio, payload)
-                log.seen += 1 if fingerprint else 0
-        else:
-            for row_id, host, *_ in items:
-                if log.added.pop(row_id, None) is None:
-                    log.acked.add(row_id)
-                    log.delta[host] -= 1
-    for host, _, _ in log.added.values():
-        log.delta[host] += 1
-    return log
+        return LogFold()
+    return fold(db.execute("SELECT data FROM ops ORDER BY id"))
 
 
 def export(url: str) -> Iterator[Request]:
@@ -122,12 +90,13 @@ def export(url: str) -> Iterator[Request]:
     """
     with _reading(url) as (db, _):
         log = _read_log(db)
+        acked = set(log.acked)
         for row_id, payload in db.execute("SELECT id, payload FROM requests ORDER BY id"):
-            if row_id not in log.acked:
+            if row_id not in acked:
                 yield decode_request(payload)
         # Logged rows are newer than every row of the table (ids only grow).
         for row_id in sorted(log.added):
-            yield decode_request(log.added[row_id][2])
+            yield decode_request(log.added[row_id][3])
 
 
 def inspect(url: str, *, top: int = 10) -> JobReport:
@@ -162,7 +131,7 @@ def inspect(url: str, *, top: int = 10) -> JobReport:
                 by_priority[-acked[0]] -= 1
         meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
         schema = db.execute("PRAGMA user_version").fetchone()[0]
-    for _, negprio, _ in log.added.values():
+    for _, negprio, _, _ in log.added.values():
         by_priority[-negprio] += 1
     now = time.time()
     per_host = sorted(
@@ -179,7 +148,7 @@ def inspect(url: str, *, top: int = 10) -> JobReport:
     rest = priorities[_PRIORITIES_SHOWN:]
     counts = {
         "requests stored (queued + leased)": stored,
-        "seen fingerprints": counters.get("seen", 0) + log.seen,
+        "seen fingerprints": counters.get("seen", 0) + len(log.fingerprints),
         "hosts with requests": len(per_host),
         "hosts known": known_hosts,
         "crawler state keys": state_keys,

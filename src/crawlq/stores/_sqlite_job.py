@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any, Final, NoReturn
 from urllib.parse import unquote
 
-from .. import __version__
 from .._errors import (
     ConfigError,
     CorruptStore,
@@ -27,15 +26,18 @@ from .._errors import (
     StoreError,
     StoreFull,
 )
+from .._version import __version__
 
 __all__ = [
     "APPLICATION_ID",
     "SCHEMA_VERSION",
+    "Guard",
     "JobLock",
     "check_header",
     "check_settings",
     "connect",
     "job_path",
+    "os_error",
     "translate",
 ]
 
@@ -99,6 +101,20 @@ def job_path(url: str) -> Path:
     return path / DATABASE_NAME
 
 
+def os_error(url: str, exc: OSError) -> StoreError:
+    """crawlq's error for an OS error met opening job ``url`` (permissions, mostly)."""
+    where = exc.filename or url
+    if isinstance(exc, PermissionError):
+        return StoreError(
+            f"cannot open job {url}: permission denied on {where}; the crawler's user needs "
+            "to read and write the job directory and every file in it (and to search its "
+            "parents): fix their owner or mode (chown, chmod), or use another job path"
+        )
+    return StoreError(
+        f"cannot open job {url}: {exc.strerror or exc} ({where}); check the job path"
+    )
+
+
 class JobLock:
     """An exclusive lock on a job, held for as long as the frontier is open.
 
@@ -115,7 +131,11 @@ class JobLock:
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
-            raise StoreError(f"cannot create the lock file {self.path}: {exc.strerror}") from None
+            raise StoreError(
+                f"cannot create the lock file {self.path}: {exc.strerror}; the crawler's "
+                f"user needs to write the job directory {self.path.parent}: fix its owner "
+                "or mode (chown, chmod), or use another job path"
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -137,6 +157,40 @@ class JobLock:
             self._fd = None
 
 
+class Guard:
+    """Every SQL statement of an open job runs under its guard.
+
+    It refuses to start once the job met damage (``damaged``); turns sqlite3
+    errors into crawlq's; marks the job damaged on `CorruptStore`. A plain
+    context manager, not a generator: it runs several times per request.
+    """
+
+    __slots__ = ("damaged", "path")
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        #: True once an operation met damage: nothing is written after it.
+        self.damaged = False
+
+    def __enter__(self) -> None:
+        if self.damaged:
+            raise CorruptStore(f"job {self.path} is damaged; it was not written since")
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: Any
+    ) -> None:
+        if error is None:
+            return
+        try:
+            if isinstance(error, sqlite3.Error):
+                raise_translated(self.path, error)
+        except CorruptStore:
+            self.damaged = True
+            raise
+        if isinstance(error, CorruptStore):
+            self.damaged = True
+
+
 @contextlib.contextmanager
 def translate(path: Path) -> Iterator[None]:
     """Turn sqlite3 errors into crawlq's, naming the job and the fix."""
@@ -150,6 +204,8 @@ def raise_translated(path: Path, exc: sqlite3.Error) -> NoReturn:
     """Raise crawlq's error for a sqlite3 error met on job ``path``."""
     message = str(exc)
     code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        code &= 0xFF  # an extended code (SQLITE_READONLY_DIRECTORY...): its primary one
     if code == sqlite3.SQLITE_FULL or "disk is full" in message:
         raise StoreFull(
             f"no space left for job {path} ({message}); the operation was not stored, "
@@ -157,24 +213,35 @@ def raise_translated(path: Path, exc: sqlite3.Error) -> NoReturn:
         ) from None
     if code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB) or "malformed" in message:
         raise CorruptStore(
-            f"job {path} is damaged ({message}); restore it from a copy, or try "
-            "'crawlq export' to save what is readable"
+            f"job {path} is damaged ({message}); restore it from a copy. 'crawlq check "
+            f"{path}' shows what is damaged (it only reads the job)"
         ) from None
     if code in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM):
-        raise StoreError(
-            f"job {path} cannot be written ({message}); check its permissions"
-        ) from None
+        raise _not_writable(path, message) from None
     raise StoreError(f"job {path}: {message}") from None
+
+
+def _not_writable(path: Path, message: str) -> StoreError:
+    return StoreError(
+        f"job {path} cannot be written ({message}); the crawler's user needs to read and "
+        f"write {path.name}, its -wal and -shm files and the directory {path.parent}: "
+        "fix their owner or mode (chown, chmod); 'crawlq inspect' reads a job it "
+        "cannot write"
+    )
 
 
 def check_header(path: Path) -> bool:
     """Return True if ``path`` holds data; refuse a file that is not SQLite.
 
     Runs before the job lock is taken, so a foreign file gets no lock file
-    beside it. Raises `IncompatibleStore`.
+    beside it. Raises `IncompatibleStore` for a file that is not SQLite,
+    `CorruptStore` for an empty one (SQLite would take it for a new job and
+    write over it), `JobLocked` for an empty one another process is creating.
     """
-    if not path.exists() or path.stat().st_size == 0:
+    if not path.exists():
         return False
+    if path.stat().st_size == 0:
+        _refuse_empty(path)
     with path.open("rb") as file:
         header = file.read(len(_SQLITE_HEADER))
     if header != _SQLITE_HEADER:
@@ -185,14 +252,42 @@ def check_header(path: Path) -> bool:
     return True
 
 
+def _refuse_empty(path: Path) -> NoReturn:
+    lock = path.with_name(path.name + ".lock")
+    with contextlib.suppress(FileNotFoundError):
+        fd = os.open(lock, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            # Another process holds the lock: it is creating the job right now.
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+            raise JobLocked(
+                f"job {path} is locked by pid {holder}; stop that crawl or use another job path"
+            ) from None
+        finally:
+            os.close(fd)  # closing drops a shared lock taken above
+    raise CorruptStore(
+        f"{path} is an empty file (0 bytes), not a crawlq job: if it is left over from a "
+        f"crawl killed while it created the job, delete it (rm {path}) and open the job "
+        "again; if it held a job, restore the job from a copy"
+    )
+
+
 def connect(path: Path, *, synchronous: str, read_only: bool = False) -> sqlite3.Connection:
     """Open the database at ``path``; create the schema if the job is new.
 
     Raises `IncompatibleStore` for a file that is not a crawlq job or is from
     a newer crawlq, `CorruptStore` for a damaged one; nothing is written then.
     """
-    if not check_header(path) and read_only:
+    exists = check_header(path)
+    if not exists and read_only:
         raise StoreError(f"there is no crawlq job at {path}")
+    if exists and not read_only:
+        # SQLite opens a file the user may only read without complaint and
+        # fails at the first write, mid-crawl: refuse it now.
+        for file in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+            if file.exists() and not os.access(file, os.R_OK | os.W_OK):
+                raise _not_writable(path, f"{file.name} is not writable by this user")
     with translate(path):
         if read_only:
             connection = sqlite3.connect(
@@ -267,5 +362,6 @@ def check_settings(
         if stored is not None and json.loads(stored) != value:
             raise IncompatibleStore(
                 f"job {path} was created with {key}={stored}, not {json.dumps(value)}; "
-                f"resume it with the same {key}, or start a new job"
+                f"resume it with the same {key}, or start a new job",
+                setting=key,
             )

@@ -8,10 +8,13 @@ must guarantee is written here once, and the conformance suite in
 
 Lifecycle
     ``queued -> leased(deadline) -> done``. `Store.pop` leases the request it
-    returns and sets ``request._lease`` to a store-specific handle; `Store.ack`
-    finishes it; `Store.release` puts it back in its place; a lease whose
-    deadline (``lease_timeout`` after the pop) has passed comes back by itself.
-    Acking or releasing a lease that expired, or was already acked, does
+    returns and sets ``request._lease`` to a `crawlq._lease.Lease` carrying
+    the store's ``origin`` and its own handle; `Frontier` refuses requests
+    without such a lease, and hands the handles of the rest to `Store.ack`
+    (finishes them) or `Store.release` (puts them back in their places). A
+    lease whose deadline (``lease_timeout`` after the pop) has passed comes
+    back by itself. Acking or releasing a handle whose lease expired, was
+    already acked, or was handed out before the store was reopened, does
     nothing: delivery is at-least-once.
 
 Order
@@ -20,11 +23,12 @@ Order
     out (last accepted, first out with ``lifo``). A batch added with the
     other order (``add(..., lifo=)``) keeps that order among its kind, and
     at equal priority every request added FIFO comes before every request
-    added LIFO (`order_key`). A released or expired request keeps its
+    added LIFO (``crawlq._policy.order_key``). A released or expired request keeps its
     original place. A host is not ready while ``host_delay`` has not
     elapsed since its last pop, or while it has ``host_concurrency`` leases.
 
 Deduplication
+    Fingerprints reach a store as 16 bytes (`Frontier` cuts longer ones).
     `Store.add` checks and records the fingerprint and enqueues in one atomic
     step; ``dont_filter`` requests skip the check and are not recorded (as in
     Scrapy). A duplicate is never enqueued; a new fingerprint is never reported
@@ -52,26 +56,7 @@ from typing import Any, NamedTuple, Protocol
 
 from .._request import Request
 
-__all__ = ["ORDER_SPAN", "Entry", "HostCount", "Store", "StoreCounts", "order_key"]
-
-#: Keys of requests added in the other order than the store's are moved by
-#: this much, past every key of the store's own order (an acceptance number
-#: never reaches it).
-ORDER_SPAN = 10**15
-
-
-def order_key(number: int, lifo: bool, store_lifo: bool) -> int:
-    """Return the tie-break key (lower first) of the ``number``-th accepted request.
-
-    FIFO-added requests count up, LIFO-added ones count down, and every
-    FIFO-added key is below every LIFO-added one, whichever order the store
-    has: a store's own keys are ``number`` (FIFO) or ``-number`` (LIFO), as
-    they always were, and the other kind is shifted by `ORDER_SPAN`.
-    """
-    if lifo:
-        return -number if store_lifo else ORDER_SPAN - number
-    return number - ORDER_SPAN if store_lifo else number
-
+__all__ = ["Entry", "HostCount", "Store", "StoreCounts"]
 
 #: A validated request ready to store: ``(fingerprint, host, request,
 #: payload)``. ``payload`` is the encoded request for stores that keep bytes
@@ -104,6 +89,11 @@ class Store(Protocol):
     #: True if other processes may change the store (adds, acks) behind this
     #: one's back, so a waiting scheduler must look again now and then.
     shared: bool
+    #: True if accepted requests outlive the process (SQLite, Redis).
+    durable: bool
+    #: Names this store in its leases (`crawlq._lease.Lease.origin`): a lease
+    #: is accepted by a frontier whose store has the same origin.
+    origin: str
 
     def add(
         self, entries: Sequence[Entry], finished: Sequence[object] = (), *, lifo: bool | None = None
@@ -121,7 +111,7 @@ class Store(Protocol):
         ...
 
     def ack(self, leases: Sequence[object]) -> None:
-        """Finish the leased requests behind these handles."""
+        """Finish the leased requests behind these handles (ended ones: nothing)."""
         ...
 
     def release(self, leases: Sequence[object]) -> None:

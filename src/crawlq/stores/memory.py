@@ -11,17 +11,17 @@ matches a later lease. Lease deadlines arrive in pop order (one
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Mapping, Sequence
 from heapq import heappop, heappush
 from typing import Any, Final, cast
 
-from .._errors import ConfigError, LeaseError
+from .._errors import ConfigError
 from .._fingerprint import Fingerprinter
-from .._policy import DELAYED, Board, Policy, Slot
+from .._lease import Lease, new_lease
+from .._policy import Board, LeaseDeadlines, Policy, Slot, order_key
 from .._request import Request
 from .._seen import FingerprintSet
-from .base import Entry, HostCount, StoreCounts, order_key
+from .base import Entry, HostCount, StoreCounts
 
 __all__ = ["OPTIONS", "MemoryStore", "open_store"]
 
@@ -46,7 +46,9 @@ class _Host(Slot):
         self.queue: list[_Item] = []
 
 
-_Item = tuple[int, int, Request, _Host]
+# A queued request's heap entry, which is also its lease once popped:
+# (-priority, order, request, host, origin).
+_Item = Lease
 
 
 class MemoryStore:
@@ -57,19 +59,20 @@ class MemoryStore:
     """
 
     needs_payload = False
+    durable = False
     shared = False
 
     def __init__(self, policy: Policy) -> None:
+        self.origin = self._origin = f"memory://#{id(self):x}"  # each store is its own
         self._clock = policy.clock
-        self._lease_timeout = policy.lease_timeout
         self._lifo = policy.lifo
         self._hosts: dict[str, _Host] = {}
         self._board = Board(policy, self._forget)
-        # order -> the item leased under it. The deque holds deadline, item,
-        # deadline, item... in pop order (no pair tuples: fewer objects for
-        # the garbage collector to track on the hot path).
+        # order -> the item leased under it.
         self._leases: dict[int, _Item] = {}
-        self._deadlines: deque[Any] = deque()
+        self._deadlines = LeaseDeadlines(policy.lease_timeout, self._leases, 1)
+        self._deadline_items = self._deadlines.items
+        self._lease_timeout = policy.lease_timeout
         self._seen = FingerprintSet()
         self._accepted = 0
         self._queued = 0
@@ -87,6 +90,7 @@ class MemoryStore:
         seen_add = self._seen.add
         hosts = self._hosts
         store_lifo = self._lifo
+        origin = self._origin
         if lifo is None:
             lifo = store_lifo
         for fingerprint, host_name, request, _ in entries:
@@ -101,15 +105,15 @@ class MemoryStore:
             host = hosts.get(host_name)
             if host is None:
                 host = hosts[host_name] = _Host(host_name)
-            item = (-request.priority, order_key(self._accepted, lifo, store_lifo), request, host)
+            order = order_key(self._accepted, lifo, store_lifo)
+            item = new_lease(Lease, (-request.priority, order, request, host, origin))
             request._lease = _QUEUED
             queue = host.queue
             heappush(queue, item)
             self._queued += 1
             if queue[0] is item:
                 host.head = item
-                if host.state != DELAYED:
-                    self._board.place(host, self._clock())
+                self._board.place(host, self._clock())
             added.append(True)
         if finished:
             self.ack(finished)
@@ -119,9 +123,10 @@ class MemoryStore:
 
     def pop(self) -> Request | None:
         now = self._clock()
-        deadlines = self._deadlines
+        deadlines = self._deadline_items
         if deadlines and deadlines[0] <= now:
-            self._expire(now)
+            for item in self._deadlines.expired(now):
+                self._end_lease(item, requeue=True, now=now, expired=True)
         board = self._board
         slot = board.take(now)
         if slot is None:
@@ -133,46 +138,27 @@ class MemoryStore:
         board.popped(host, now)
         self._queued -= 1
         self._leases[item[1]] = item
-        deadlines.append(now + self._lease_timeout)
+        deadlines.append(now + self._lease_timeout)  # LeaseDeadlines.add, inlined
         deadlines.append(item)
-        request = item[2]
+        request: Request = item[2]
         request._lease = item
         return request
-
-    def _expire(self, now: float) -> None:
-        deadlines = self._deadlines
-        leases = self._leases
-        while deadlines and deadlines[0] <= now:
-            deadlines.popleft()
-            item = deadlines.popleft()
-            if leases.get(item[1]) is item:
-                self._end_lease(item, requeue=True, now=now, expired=True)
 
     # -- finishing ------------------------------------------------------------
 
     def ack(self, leases: Sequence[object]) -> None:
-        _check_handed_out(leases)
         now = self._clock()
         for lease in leases:
             self._end_lease(lease, requeue=False, now=now)
-        deadlines = self._deadlines
-        # Only an ack of the oldest lease frees the front; the size test keeps
-        # the deque bounded when one slow lease holds the front.
-        if deadlines and (
-            deadlines[1] in leases or len(deadlines) > 4 * len(self._leases) + 2048
-        ):
-            self._trim_deadlines()
+        self._deadlines.trim(leases)
 
     def release(self, leases: Sequence[object]) -> None:
-        _check_handed_out(leases)
         now = self._clock()
         for lease in leases:
             self._end_lease(lease, requeue=True, now=now)
-        self._trim_deadlines()
+        self._deadlines.trim()
 
     def _end_lease(self, lease: Any, *, requeue: bool, now: float, expired: bool = False) -> None:
-        if type(lease) is not tuple or len(lease) != 4:
-            return
         item = self._leases.get(lease[1])
         if item is None or item is not lease:
             return  # already acked, released or expired (at-least-once), or not ours
@@ -186,29 +172,11 @@ class MemoryStore:
                 # the queue a copy so that late call cannot touch the new lease.
                 request = request.replace()
             request._lease = _QUEUED
-            heappush(host.queue, (item[0], item[1], request, host))
+            heappush(host.queue, new_lease(Lease, (item[0], item[1], request, host, item[4])))
             host.head = host.queue[0]
             self._queued += 1
-        if host.state != DELAYED:
-            # Its key (fewest leases) or its eligibility (concurrency) changed.
-            self._board.place(host, now)
-
-    def _trim_deadlines(self) -> None:
-        # Deadlines of finished leases are dropped lazily from the front; if
-        # one slow lease holds the front, compact so memory stays bounded.
-        deadlines = self._deadlines
-        leases = self._leases
-        while deadlines and leases.get(deadlines[1][1]) is not deadlines[1]:
-            deadlines.popleft()
-            deadlines.popleft()
-        if len(deadlines) > 4 * len(leases) + 2048:
-            pairs = iter(deadlines)
-            kept: deque[Any] = deque()
-            for deadline, item in zip(pairs, pairs, strict=True):
-                if leases.get(item[1]) is item:
-                    kept.append(deadline)
-                    kept.append(item)
-            self._deadlines = kept
+        # Its key (fewest leases) or its eligibility (concurrency) changed.
+        self._board.place(host, now)
 
     # -- reading --------------------------------------------------------------
 
@@ -231,9 +199,8 @@ class MemoryStore:
             return None
         now = self._clock()
         soonest = self._board.next_ready_in(now)
-        self._trim_deadlines()
-        if self._deadlines:
-            expiry = max(0.0, self._deadlines[0] - now)
+        expiry = self._deadlines.next_in(now)
+        if expiry is not None:
             soonest = expiry if soonest is None else min(soonest, expiry)
         return soonest
 
@@ -252,7 +219,11 @@ class MemoryStore:
 
 
 class _Queued:
-    """Marks a request object that is queued in a memory store."""
+    """Marks a request object that is queued in a memory store.
+
+    A second ``add`` of the same object (``dont_filter``) then stores a copy,
+    so each has its own lease; acking it raises (it is not a `Lease`).
+    """
 
     __slots__ = ()
 
@@ -261,11 +232,3 @@ class _Queued:
 
 
 _QUEUED: Final = _Queued()
-
-
-def _check_handed_out(leases: Sequence[object]) -> None:
-    if _QUEUED in leases:
-        raise LeaseError(
-            "that request is queued, not handed out (it was never popped, or was "
-            "released); only requests returned by pop() can be acked or released"
-        )

@@ -37,7 +37,10 @@ Durability
     What Redis keeps: with ``appendonly yes`` and ``appendfsync always`` an
     acknowledged call survives a server crash. A call whose reply was lost is
     retried with the same call number; the function remembers each worker's
-    last outcome and returns it instead of running twice.
+    last outcome and returns it instead of running twice. When the retries
+    give up (`StoreUnavailable`), the worker's next call gives back what the
+    unanswered call leased, so a long outage leaves no lease stuck until
+    ``lease_timeout``.
 
 Nothing is wiped implicitly: ``close()`` never deletes shared data. `purge`
 removes a crawl and `inspect` describes one (both for the ``crawlq`` CLI).
@@ -60,6 +63,7 @@ import msgspec
 
 from .._errors import CorruptStore, IncompatibleStore, StoreError
 from .._fingerprint import Fingerprinter
+from .._lease import Lease, new_lease
 from .._policy import Policy
 from .._request import Request, decode_request, encode_request
 from ._redis_admin import Inspection, host_counts, inspect, purge
@@ -74,6 +78,7 @@ from ._redis_conn import (
     release_client,
     server_version,
 )
+from ._redis_memory import evicting, eviction_refused, memory_fields
 from .base import Entry, HostCount, StoreCounts
 
 __all__ = [
@@ -86,7 +91,13 @@ __all__ = [
 ]
 
 #: Options of the Redis store, besides the common ones.
-OPTIONS: Final = ("prefetch", "bloom_capacity", "bloom_error_rate", "retry_timeout")
+OPTIONS: Final = (
+    "prefetch",
+    "bloom_capacity",
+    "bloom_error_rate",
+    "retry_timeout",
+    "allow_eviction",
+)
 
 #: Layout version of a crawl's keys, stored in its meta hash.
 FORMAT: Final = 3
@@ -94,22 +105,10 @@ _FINISH_CHUNK: Final = 1000
 _FAST_DRAIN: Final = 0.2  # seconds: a batch drained sooner lets the next one grow
 _ENTRY: Final = struct.Struct(">16sBiI")
 _LENGTH: Final = struct.Struct(">I")
+#: Seconds between two looks at the server's ``evicted_keys``.
+_EVICTION_CHECK: Final = 5.0
 
 log = logging.getLogger("crawlq.redis")
-
-
-def _warn_about_eviction(link: Link, where: str) -> None:
-    """Log a warning when the server may evict keys that have no TTL (crawlq's)."""
-    info = link.command(b"INFO", b"memory", doing="reading the memory settings").decode()
-    fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
-    policy = fields.get("maxmemory_policy", "").strip()
-    if policy.startswith("allkeys") and fields.get("maxmemory", "0").strip() != "0":
-        log.warning(
-            "Redis at %s has maxmemory-policy %s: it may evict a crawl's keys when full "
-            "(losing requests); set maxmemory-policy noeviction",
-            where,
-            policy,
-        )
 
 
 def open_store(
@@ -145,6 +144,7 @@ class RedisStore:
     """
 
     needs_payload = True
+    durable = True
     shared = True
 
     def __init__(
@@ -156,17 +156,20 @@ class RedisStore:
         settings: Settings,
     ) -> None:
         self._location = location
+        # Any frontier on the same crawl may finish a lease: the server checks it.
+        self.origin = f"{location.display.partition('?')[0]}#{location.prefix}"
         self._prefix = location.prefix.encode()
         self._link = Link(location, client, settings.retry_timeout)
         self._functions = {
             name.encode(): function for name, function in self._link.library.function.items()
         }
         self._lease_timeout = policy.lease_timeout
-        # Milliseconds of server time; rounded up so nothing comes early.
+        # Milliseconds (the delay in microseconds) of server time; rounded
+        # up so nothing comes early.
         self._policy_packed = pack_args(
             [
                 b"%d" % math.ceil(policy.lease_timeout * 1000),
-                b"%d" % math.ceil(policy.host_delay * 1000),
+                b"%d" % math.ceil(round(policy.host_delay * 1_000_000, 3)),
                 b"%d" % (policy.host_concurrency or 0),
             ]
         )
@@ -180,7 +183,13 @@ class RedisStore:
         # After a failed call the prefetched leases may have been given back
         # (the reply was lost): serve none, give them back at the next call.
         self._suspect = False
+        # The first of the calls that went unanswered since the last answer
+        # (their leases are given back by the next call), or None.
+        self._lost: int | None = None
         self._calls = 0
+        self._allow_eviction = settings.allow_eviction
+        self._evicted = 0
+        self._eviction_check_at = time.monotonic() + _EVICTION_CHECK
         self._new_owner()
         try:
             self._open(policy, fingerprinter, settings)
@@ -192,6 +201,7 @@ class RedisStore:
         host = "".join(c for c in socket.gethostname() if c.isalnum() or c in ".-")[:40]
         self._owner = f"{host or 'host'}/{os.getpid()}/{secrets.token_hex(3)}".encode()
         self._pid = os.getpid()
+        self._lost = None  # a forked copy never made its parent's calls
         # Packed heads of each function's calls (they hold the owner).
         self._heads: dict[bytes, bytes] = {}
 
@@ -202,7 +212,6 @@ class RedisStore:
         where = self._location.display
         link.command(b"PING", doing="connecting", retry=False)
         version = server_version(link)
-        _warn_about_eviction(link, where)
         if version < MIN_SERVER:
             wanted = ".".join(map(str, MIN_SERVER))
             raise StoreError(
@@ -210,6 +219,18 @@ class RedisStore:
                 f"Redis {wanted} or newer (for Redis Functions): upgrade the server or point "
                 "the URL at another"
             )
+        fields = memory_fields(link)
+        policy_name = evicting(fields)
+        if policy_name is not None:
+            if not self._allow_eviction:
+                raise eviction_refused(where, policy_name, False)
+            log.warning(
+                "Redis at %s has maxmemory-policy %s: it may evict a crawl's keys when full, "
+                "losing requests (allowed by allow_eviction=True)",
+                where,
+                policy_name,
+            )
+        self._evicted = int(fields.get("evicted_keys") or 0)
         link.load_library("loading crawlq's functions")
         if settings.bloom_capacity is not None and settings.bloom_error_rate is not None:
             bloom = bloom_shape(settings.bloom_capacity, settings.bloom_error_rate)
@@ -259,7 +280,8 @@ class RedisStore:
         if lifo != ("1" if policy.lifo else "0"):
             raise IncompatibleStore(
                 f"crawl {crawl!r} at {where} was created with lifo={lifo == '1'}; open it with "
-                f"lifo={lifo == '1'}, or use another crawl name (?crawl=NAME)"
+                f"lifo={lifo == '1'}, or use another crawl name (?crawl=NAME)",
+                setting="lifo",
             )
         if bloom_args[0] != "0" and bloom_args[:2] != [bits, hashes]:
             was = (
@@ -269,7 +291,8 @@ class RedisStore:
             )
             raise IncompatibleStore(
                 f"crawl {crawl!r} at {where} was created with {was}; its dedup cannot change: "
-                "open it with those settings (or none), or use another crawl name"
+                "open it with those settings (or none), or use another crawl name",
+                setting="dedup",
             )
         self._bloom_bits = int(bits or 0)
         self._bloom_hashes = int(hashes or 0)
@@ -286,7 +309,7 @@ class RedisStore:
         doing = "running the self-check"
         try:
             extra = [*self._add_args([entry], 0, 0, self._lifo), b"0"]
-            added = self._call(b"add", 0, False, extra, doing, prefix)
+            added = self._call(b"probe", 0, False, extra, doing, prefix)
             popped = self._call(b"pop", 1, True, [], doing, prefix)
             items = popped[2:]
             back = decode_request(items[3]) if len(items) == 4 else None
@@ -321,6 +344,8 @@ class RedisStore:
         # The self-check runs in scratch keys and leaves this store's own
         # prefetched requests alone.
         buffer = self._buffer if prefix is None else deque()
+        if not self._allow_eviction and time.monotonic() >= self._eviction_check_at:
+            self._check_evictions()
         self._calls += 1
         if prefix is None:
             head = self._heads.get(function)
@@ -345,22 +370,49 @@ class RedisStore:
         start = b"*%d\r\n%b" % (9 + len(args), head)
         rest = self._policy_packed + pack_args(args)
 
+        number = b"%d" % self._calls
+        if self._lost is not None and prefix is None:
+            # Calls from _lost on went unanswered: the function gives back
+            # what they leased (see give_back_lost in lib.lua).
+            number += b"g%d" % self._lost
+
         def retried() -> bytes:
             # The function then checks whether its first run completed.
-            return start + pack_args([b"r%d" % self._calls]) + rest
+            return start + pack_args([b"r" + number]) + rest
 
         try:
-            packed = start + pack_args([b"%d" % self._calls]) + rest
+            packed = start + pack_args([number]) + rest
             reply: list[Any] = self._link.call(packed, doing, retried=retried)
         except StoreError:
-            if buffer and prefix is None:
-                self._suspect = True
+            if prefix is None:
+                if buffer:
+                    self._suspect = True
+                if self._lost is None:
+                    self._lost = self._calls
             raise
         if prefix is None:
             self._suspect = False
+            self._lost = None
         if prefix is None and (reply[1] or (not buffer and len(reply) > 2)):
             self._take(reply)
         return reply
+
+    def _check_evictions(self) -> None:
+        """Refuse to go on once an evicting server has evicted keys.
+
+        Raises `IncompatibleStore` while the server evicts any key and has
+        evicted some since the last look; another policy's evictions (keys
+        with a TTL, never crawlq's) are let pass.
+        """
+        fields = memory_fields(self._link)
+        evicted = int(fields.get("evicted_keys") or 0)
+        if evicted > self._evicted:
+            policy = evicting(fields)
+            if policy is not None:
+                # Look again at the next call, until the server is fixed.
+                raise eviction_refused(self._location.display, policy, True)
+        self._evicted = evicted
+        self._eviction_check_at = time.monotonic() + _EVICTION_CHECK
 
     def _take(self, reply: list[Any]) -> None:
         """Replace the prefetched requests by the ones a function just leased."""
@@ -368,7 +420,7 @@ class RedisStore:
         items = iter(reply[2:])
         for id_, token, host, payload in zip(items, items, items, items, strict=True):
             request = decode_request(payload)
-            request._lease = (id_, token, host)
+            request._lease = new_lease(Lease, (id_, token, host, self.origin))
             buffer.append((request, host))
         self._buffer = buffer
         self._fetched_at = time.monotonic()
@@ -487,13 +539,13 @@ class RedisStore:
         if self._buffer and not self._stale():
             return 0.0
         wait = self._read(b"wait")
-        return None if wait < 0 else wait / 1000
+        return None if wait < 0 else wait / 1_000_000
 
     def seen(self, fingerprints: Sequence[bytes]) -> list[bool]:
         found: list[bool] = []
         # A few thousand at a time: Lua unpacks them onto its stack.
         for i in range(0, len(fingerprints), _FINISH_CHUNK):
-            chunk = [bytes(f[:16]) for f in fingerprints[i : i + _FINISH_CHUNK]]
+            chunk = list(fingerprints[i : i + _FINISH_CHUNK])
             reply = self._read(
                 b"seen", b"%d" % self._bloom_bits, b"%d" % self._bloom_hashes, *chunk
             )
@@ -538,14 +590,16 @@ class RedisStore:
         return state
 
     def save_state(self, state: Mapping[str, Any]) -> None:
-        # One SET replaces the whole state atomically (and repeats harmlessly).
+        # One SET replaces the whole state atomically (and repeats harmlessly);
+        # in a function, which a full server still runs (see Library).
         data = msgspec.msgpack.encode(dict(state))
-        self._link.command(b"SET", self._prefix + b"state", data, doing="saving the state")
+        function = self._functions[b"state"]
+        self._link.command(b"FCALL", function, 1, self._prefix, data, doing="saving the state")
 
     def close(self) -> None:
         """Give back unserved prefetched requests; shared data stays untouched."""
         try:
-            if self._buffer and os.getpid() == self._pid:
+            if (self._buffer or self._lost is not None) and os.getpid() == self._pid:
                 self._call(b"finish", 0, True, [b"a", b"0"], "closing")
                 self._buffer.clear()
             self._link.command(
@@ -562,17 +616,12 @@ class RedisStore:
         return f"<RedisStore {self._location.display}>"
 
 
-def _lease_pairs(leases: Sequence[object]) -> tuple[list[bytes], set[bytes]]:
-    """(id, token) pairs of this store's lease handles, and their hosts.
-
-    Anything else is skipped: a handle from another store, or a request that
-    was never handed out (the frontier refuses those before they get here).
-    """
+def _lease_pairs(leases: Sequence[Any]) -> tuple[list[bytes], set[bytes]]:
+    """(id, token) pairs of this store's leases ``(id, token, host, origin)``, and their hosts."""
     pairs: list[bytes] = []
     hosts = set()
     for lease in leases:
-        if type(lease) is tuple and len(lease) == 3:
-            pairs.append(lease[0])
-            pairs.append(lease[1])
-            hosts.add(lease[2])
+        pairs.append(lease[0])
+        pairs.append(lease[1])
+        hosts.add(lease[2])
     return pairs, hosts

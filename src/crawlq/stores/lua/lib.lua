@@ -31,9 +31,11 @@
 --                    takes the highest priority, then the fewest leases, then
 --                    the oldest (newest, with lifo) request: the order of
 --                    stores/base.py, in O(log hosts).
---   delayed  zset    HOST scored by the time (ms of Redis TIME) its delay ends
+--   delayed  zset    HOST scored by the time (ms of Redis TIME, with a
+--                    fraction) its delay ends
 --   leases   zset    request id scored by its lease deadline (ms)
---   lease    hash    id -> "<token> <score> <ready_at set by the pop> " .. HOST;
+--   lease    hash    id -> "<token> <score> <ready_at set by the pop, in
+--                    microseconds> " .. HOST;
 --                    token = owner:call.n. Also
 --                    "@" .. owner -> outcome of the owner's last call, so a
 --                    call retried after a lost reply gets the first outcome
@@ -59,7 +61,11 @@ local FLAG_R, FLAG_D, FLAG_I = 82, 68, 73
 local ARGS, P, K_META, K_SEEN, K_BLOOM, K_HOSTS, K_READY, K_DELAYED
 local K_LEASES, K_LEASE, K_Q, K_P
 local OWNER, RETRY, CALL, LEASE_MS, DELAY_MS, CONCURRENCY, REFILL, WORST, FORCE, NBUF, ARG0
-local NOW -- server time in ms, read once per call and only when needed
+-- Server time in ms with its microseconds as a fraction, read once per call
+-- and only when needed: host delays and ready times keep the fraction (in
+-- scores and host records, both doubles), so a delay is never cut short by
+-- rounding. Lease deadlines are whole ms (rounded down).
+local NOW
 
 -- Per crawl (by key prefix), a lower bound of the earliest lease deadline and
 -- of the earliest end of a host delay, in ms of server time: a pop skips the
@@ -121,7 +127,7 @@ local function begin(keys, args)
   RETRY = string.sub(args[2], 1, 1) == 'r'
   CALL = string.match(args[2], '%d+')
   LEASE_MS = tonumber(args[3])
-  DELAY_MS = tonumber(args[4])
+  DELAY_MS = tonumber(args[4]) / 1000 -- sent in microseconds
   CONCURRENCY = tonumber(args[5])
   REFILL = tonumber(args[6])
   WORST = tonumber(args[7])
@@ -167,7 +173,7 @@ end
 local function now()
   if NOW == nil then
     local clock = redis.call('TIME')
-    NOW = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+    NOW = tonumber(clock[1]) * 1000 + tonumber(clock[2]) / 1000
   end
   return NOW
 end
@@ -179,6 +185,22 @@ local function chunked(command, key, list, stride)
   for i = 1, #list, step do
     redis.call(command, key, unpack(list, i, math.min(i + step - 1, #list)))
   end
+end
+
+-- A time in ms with a fraction, as a score: exact (%.17g round-trips a double).
+local function time_text(ms)
+  return string.format('%.17g', ms)
+end
+
+-- The ready time a pop set, for its lease record: whole microseconds (records
+-- stay "token score digits host"), compared to a host's ready time by
+-- same_time.
+local function micros_text(ms)
+  return string.format('%d', math.floor(ms * 1000 + 0.5))
+end
+
+local function same_time(ms, micros)
+  return math.abs(ms * 1000 - micros) < 1
 end
 
 local function lease_token(record)
@@ -254,7 +276,7 @@ local function place(name, state, later)
   end
   if state.delayed_at ~= delayed_at then
     if delayed_at then
-      redis.call('ZADD', K_DELAYED, int_text(delayed_at), name)
+      redis.call('ZADD', K_DELAYED, time_text(delayed_at), name)
       lower_bound('wake', delayed_at)
     else
       redis.call('ZREM', K_DELAYED, name)
@@ -322,7 +344,7 @@ local function end_lease(id, record, how)
   else
     acked_ids[#acked_ids + 1] = id
   end
-  if how == 'unpop' and state.ready == set then
+  if how == 'unpop' and same_time(state.ready, set) then
     state.ready = 0
   end
   place(name, state)
@@ -437,10 +459,10 @@ local function take(n, out, taken, records)
   end
   reap()
   wake()
-  local deadline = now() + LEASE_MS
+  local deadline = math.floor(now()) + LEASE_MS
   local deadline_text = int_text(deadline)
   local token_prefix = OWNER .. ':' .. CALL .. '.'
-  local delayed_text = DELAY_MS > 0 and string.format('%d', NOW + DELAY_MS)
+  local delayed_text = DELAY_MS > 0 and micros_text(NOW + DELAY_MS)
   local deadlines = {}
   -- Explicit ends: the # operator is a search in this Lua.
   local o, r, t, first_taken = #out, #records, #taken, #taken + 1
@@ -491,7 +513,7 @@ local function take(n, out, taken, records)
         local token = token_prefix .. int_text(got)
         deadlines[2 * got - 1] = deadline_text
         deadlines[2 * got] = id
-        local ready = delayed_text or (state.ready == 0 and '0') or string.format('%d', state.ready)
+        local ready = delayed_text or (state.ready == 0 and '0') or micros_text(state.ready)
         records[r + 1] = id
         records[r + 2] = token .. ' ' .. score_text .. ' ' .. ready .. ' ' .. name
         r = r + 2
@@ -538,12 +560,45 @@ local function take(n, out, taken, records)
   end
 end
 
+-- Give back the leases of the caller's call whose reply it never got. The
+-- call number arrives as "N" or "rN" (a retry), followed by "gL" when calls
+-- from L on went unanswered (the caller gave up retrying): the caller's
+-- replay record, if it is of such a call, names the leases that call took
+-- (all of them, or it would have written another record since). Those still
+-- held under that call's tokens go back, and the host delays their pops
+-- started are undone, so the crawl resumes at once rather than after
+-- lease_timeout.
+local function give_back_lost()
+  local lost = string.match(ARGS[2], 'g(%d+)$')
+  if lost == nil then
+    return
+  end
+  local last = redis.call('HGET', K_LEASE, '@' .. OWNER)
+  if last == false then
+    return
+  end
+  local call, taken = string.match(last, '^(%d+)\n[01]*\n[01]\n(.*)$')
+  if call == nil or call == CALL or tonumber(call) < tonumber(lost) then
+    return
+  end
+  local n = 0
+  for id in string.gmatch(taken, '%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d') do
+    n = n + 1
+    local record = redis.call('HGET', K_LEASE, id)
+    if record and lease_token(record) == OWNER .. ':' .. call .. '.' .. n then
+      end_lease(id, record, 'unpop')
+    end
+  end
+  drop_ended()
+end
+
 -- The common end of a changing script: give the caller's prefetched requests
 -- back if this call may have changed what comes before them (a request at
 -- least as good as the last prefetched one became ready: `best` is the best
 -- such score), lease the refill, save, and remember the outcome for a retry.
 local function finish(flags, best)
   local out, taken, records = { flags, 0 }, {}, {}
+  give_back_lost()
   if NBUF > 0 then
     if FORCE or (best ~= nil and WORST ~= nil and best <= WORST) then
       out[2] = 1

@@ -17,3 +17,10 @@ local function open(keys, args)
   end
   return redis.call('HMGET', meta, unpack(fields))
 end
+
+-- save_state: replace the crawler's state (keys[1] .. 'state') by args[1].
+-- A function rather than a SET so that a full server still takes it.
+local function save_state(keys, args)
+  redis.call('SET', keys[1] .. 'state', args[1])
+  return 1
+end

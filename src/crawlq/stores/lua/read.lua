@@ -1,7 +1,7 @@
 -- Read-only views of a frontier. keys[1] = "crawlq:{NAME}:".
 -- args[1] = 'counts': returns {queued, leased, seen}; args[2] is 'bloom' when
 --   seen is counted in meta rather than by the exact set.
--- args[1] = 'wait': milliseconds until a pop may lease something: 0 now, -1
+-- args[1] = 'wait': microseconds until a pop may lease something: 0 now, -1
 --   when nothing is queued or leased (only an add can make a request ready).
 -- args[1] = 'seen', args[2] = 'bloom' or 'exact', args[3] Bloom bits, args[4]
 --   Bloom hashes, then 16-byte fingerprints: returns 1 (seen) or 0 for each,
@@ -58,7 +58,7 @@ local function read(keys, args)
     return 0
   end
   local clock = redis.call('TIME')
-  local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+  local now = tonumber(clock[1]) * 1000 + tonumber(clock[2]) / 1000
   local soonest = nil
   for _, key in ipairs({ P .. 'delayed', P .. 'leases' }) do
     local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
@@ -72,5 +72,5 @@ local function read(keys, args)
   if soonest == nil then
     return 0 -- queued yet filed nowhere: let a pop sort it out
   end
-  return math.max(0, soonest - now)
+  return math.max(0, math.ceil((soonest - now) * 1000))
 end

@@ -1,0 +1,177 @@
+"""The SQLite job's operation log (``ops``): its format, its fold, and its flush.
+
+Every ``add`` and ``ack`` appends one row to the log and commits it before
+returning: an append writes a page or two at the end of a table, so a durable
+call costs about one page write however its requests spread over hosts. The
+log is the single ordered stream of writes: a parent's ack is never durable
+before the children added while it was leased.
+
+A *flush* folds the log and applies it to the tables (``requests``, ``hosts``,
+``seen``, ``counters``) in one transaction, then deletes it. `fold` is the
+one reading of the log's format: the flush applies it, and ``crawlq inspect``
+/ ``export`` read a running job through it without writing.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, cast
+
+import msgspec
+
+__all__ = ["ACK", "ADD", "LogFold", "append", "apply", "decode", "encode", "fold"]
+
+#: A log row's kind: requests added (``[row id, host, -priority, seq,
+#: fingerprint or None, payload]`` each) ...
+ADD: Final = 1
+#: ... or leases acked (``[row id, host, host's ready_at]`` each: an ack
+#: carries its host's pacing time, so a crash keeps it).
+ACK: Final = 2
+
+encode: Final = msgspec.msgpack.encode
+decode: Final = msgspec.msgpack.decode
+
+_Key = tuple[int, int]  # (-priority, seq)
+
+
+@dataclass(slots=True)
+class LogFold:
+    """What the log changes in the tables, folded in log order."""
+
+    #: Log rows read.
+    entries: int = 0
+    #: Requests added and not acked since: row id -> (host, -priority, seq, payload).
+    added: dict[int, tuple[str, int, int, bytes]] = field(default_factory=dict)
+    #: Rows of the ``requests`` table that were acked since.
+    acked: list[int] = field(default_factory=list)
+    #: Change of each host's count of stored requests.
+    delta: Counter[str] = field(default_factory=Counter)
+    #: New fingerprints (16 bytes each).
+    fingerprints: list[bytes] = field(default_factory=list)
+    #: Latest pacing time written with an ack, per host.
+    paced: dict[str, float] = field(default_factory=dict)
+    #: Highest row id added (0: none).
+    last_id: int = 0
+
+
+def append(db: sqlite3.Connection, kind: int, items: list[Any]) -> None:
+    """Append one operation to the log (committed by the caller's transaction, or now)."""
+    db.execute("INSERT INTO ops (data) VALUES (?)", (encode([kind, items]),))
+
+
+def fold(rows: Iterable[tuple[bytes]]) -> LogFold:
+    """Fold log rows (``data`` column, in id order) into the changes they make."""
+    log = LogFold()
+    added = log.added
+    delta = log.delta
+    paced = log.paced
+    for (data,) in rows:
+        log.entries += 1
+        kind, items = decode(data)
+        if kind == ADD:
+            for row_id, host, negprio, seq, fingerprint, payload in items:
+                added[row_id] = (host, negprio, seq, payload)
+                log.last_id = max(log.last_id, row_id)
+                if fingerprint:
+                    log.fingerprints.append(fingerprint)
+        else:
+            for row_id, host, host_ready_at in items:
+                if added.pop(row_id, None) is None:
+                    log.acked.append(row_id)
+                    delta[host] -= 1
+                paced[host] = max(paced.get(host, 0.0), host_ready_at)
+    for host, _, _, _ in added.values():
+        delta[host] += 1
+    return log
+
+
+def apply(
+    db: sqlite3.Connection, known_hosts: Mapping[str, int], ready_at: Mapping[str, float]
+) -> dict[str, int]:
+    """Apply the log to the tables and empty it, in one transaction.
+
+    Returns the ids of the hosts it wrote. ``known_hosts`` maps names to ids
+    already known; ``ready_at`` gives pacing times to save for hosts known in
+    memory. Sorted bulk writes share pages, so the indexed writes cost a
+    fraction of one transaction per logged call.
+    """
+    rows = db.execute("SELECT id, data FROM ops ORDER BY id").fetchall()
+    if not rows and not ready_at:
+        return {}
+    log = fold((data,) for _, data in rows)
+    paced = dict(ready_at)
+    for host, when in log.paced.items():
+        paced[host] = max(paced.get(host, 0.0), when)
+    best: dict[str, _Key] = {}
+    for host, negprio, seq, _ in log.added.values():
+        key = (negprio, seq)
+        if host not in best or key < best[host]:
+            best[host] = key
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        host_ids = _resolve_hosts(db, known_hosts, log.delta.keys() | paced.keys())
+        db.executemany(
+            "INSERT OR IGNORE INTO seen (fingerprint) VALUES (?)",
+            [(fingerprint,) for fingerprint in sorted(log.fingerprints)],
+        )
+        db.executemany(
+            "INSERT INTO requests (id, host, negprio, seq, payload) VALUES (?, ?, ?, ?, ?)",
+            sorted(
+                (row_id, host_ids[host], negprio, seq, payload)
+                for row_id, (host, negprio, seq, payload) in log.added.items()
+            ),
+        )
+        db.executemany("DELETE FROM requests WHERE id = ?", [(row_id,) for row_id in log.acked])
+        db.executemany(
+            "UPDATE hosts SET queued = queued + ?,"
+            " head_negprio = CASE WHEN ? IS NOT NULL AND (head_negprio IS NULL OR queued = 0"
+            "   OR (?, ?) < (head_negprio, head_seq)) THEN ? ELSE head_negprio END,"
+            " head_seq = CASE WHEN ? IS NOT NULL AND (head_negprio IS NULL OR queued = 0"
+            "   OR (?, ?) < (head_negprio, head_seq)) THEN ? ELSE head_seq END"
+            " WHERE id = ?",
+            [
+                (change, *_hint(best.get(host), 0), *_hint(best.get(host), 1), host_ids[host])
+                for host, change in log.delta.items()
+            ],
+        )
+        db.executemany(
+            "UPDATE hosts SET ready_at = max(ready_at, ?) WHERE id = ?",
+            [(when, host_ids[host]) for host, when in paced.items()],
+        )
+        if rows:
+            next_id = log.last_id + 1  # ids of requests acked before this flush count too
+            db.execute(
+                "UPDATE counters SET value = CASE name WHEN 'seen' THEN value + ?"
+                " ELSE max(value, ?) END WHERE name IN ('seen', 'next_id')",
+                (len(log.fingerprints), next_id),
+            )
+            db.execute("DELETE FROM ops WHERE id <= ?", (rows[-1][0],))
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    return host_ids
+
+
+def _resolve_hosts(
+    db: sqlite3.Connection, known: Mapping[str, int], names: set[str]
+) -> dict[str, int]:
+    resolved = {name: known[name] for name in names if name in known}
+    for name in names - resolved.keys():
+        row = db.execute("SELECT id FROM hosts WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            cursor = db.execute("INSERT INTO hosts (name) VALUES (?)", (name,))
+            resolved[name] = cast(int, cursor.lastrowid)
+        else:
+            resolved[name] = row[0]
+    return resolved
+
+
+def _hint(key: _Key | None, column: int) -> tuple[int | None, ...]:
+    """Parameters of the head-hint CASE for one column: (test, negprio, seq, value)."""
+    if key is None:
+        return (None, None, None, None)
+    return (key[0], key[0], key[1], key[column])
