@@ -10,7 +10,11 @@ and not with crawlq's is a regression. Used by ``test_scrapy_suite.py`` (the
 installed Scrapy) and ``scripts/scrapy-suite`` (any version, e.g. the oldest
 the ``scrapy`` extra allows)::
 
-    python -m tests.scrapy._suite [VERSION]
+    python -m tests.scrapy._suite [VERSION] [--no-reactor]
+
+``--no-reactor`` runs them as Scrapy's ``no-reactor`` tox environment does
+(pytest-asyncio, ``--reactor=none``: Scrapy 2.14 and later), instead of
+under pytest-twisted with the asyncio reactor (Scrapy's default environment).
 """
 
 from __future__ import annotations
@@ -60,7 +64,9 @@ def exclusions() -> dict[str, str]:
     return excluded
 
 
-def run_pytest(cache: Path, version: str, swap: bool, tests: list[str]) -> dict[str, Any]:
+def run_pytest(
+    cache: Path, version: str, swap: bool, tests: list[str], no_reactor: bool = False
+) -> dict[str, Any]:
     """Run ``tests`` of the sdist in ``cache``; return the plugin's report."""
     source = cache / f"scrapy-{version}"
     with tempfile.TemporaryDirectory() as tmp:
@@ -73,14 +79,18 @@ def run_pytest(cache: Path, version: str, swap: bool, tests: list[str]) -> dict[
             CRAWLQ_SWAP="1" if swap else "0",
             CRAWLQ_SWAP_REPORT=str(report),
         )
+        if no_reactor:
+            mode = ["-p", "no:twisted", "--reactor=none"]
+            mode += ["-o", "asyncio_default_fixture_loop_scope=function"]
+        else:
+            mode = ["-p", "no:asyncio"]  # under pytest-twisted (Scrapy's tox.ini)
         command = [
             sys.executable,
             "-m",
             "pytest",
             "-p",
             "no:cacheprovider",
-            "-p",
-            "no:asyncio",  # Scrapy's tests run under pytest-twisted (its tox.ini)
+            *mode,
             "-p",
             "crawlq_scrapy_swap",
             "--timeout=120",
@@ -117,7 +127,7 @@ class SuiteResult:
         return sorted(t for t in exclusions() if outcomes.get(t) == "passed")
 
 
-def run_suite(version: str | None = None) -> SuiteResult:
+def run_suite(version: str | None = None, no_reactor: bool = False) -> SuiteResult:
     """Run `FILES` with crawlq's scheduler, then the failures with Scrapy's."""
     cache = sdist(version)
     version = cache.name
@@ -125,19 +135,21 @@ def run_suite(version: str | None = None) -> SuiteResult:
     files = sorted(
         str(path.relative_to(source)) for name in FILES for path in source.glob(f"tests/{name}")
     )
-    crawlq = run_pytest(cache, version, True, files)
+    crawlq = run_pytest(cache, version, True, files, no_reactor)
     excluded = exclusions()
     not_passed = sorted(
         t for t, o in crawlq["outcomes"].items() if o != "passed" and t not in excluded
     )
     result = SuiteResult(version, crawlq)
     if not_passed:
-        result.stock = run_pytest(cache, version, False, not_passed)["outcomes"]
+        result.stock = run_pytest(cache, version, False, not_passed, no_reactor)["outcomes"]
     return result
 
 
 def main(argv: list[str]) -> int:
-    result = run_suite(argv[0] if argv else None)
+    no_reactor = "--no-reactor" in argv
+    versions = [arg for arg in argv if arg != "--no-reactor"]
+    result = run_suite(versions[0] if versions else None, no_reactor)
     outcomes = result.crawlq["outcomes"]
     print(f"Scrapy {result.crawlq['scrapy_version']}: with {result.crawlq['scheduler_name']}")
     print(f"  {len(result.passed())} of {len(outcomes)} tests passed; schedulers opened:")
