@@ -24,7 +24,6 @@ if TYPE_CHECKING:
 __all__ = ["SchedulerConfig"]
 
 
-
 @dataclass(frozen=True, slots=True)
 class SchedulerConfig:
     """What the scheduler reads from the crawler's settings, validated."""
