@@ -49,7 +49,12 @@ def sdist(version: str | None = None) -> Path:
     args = [str(ROOT / "scripts" / "_scrapy_sdist.sh")]
     if version:
         args.append(version)
-    out = subprocess.run(args, cwd=ROOT, check=True, capture_output=True, text=True, timeout=900)
+    out = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    if out.returncode != 0:
+        raise AssertionError(
+            f"scripts/_scrapy_sdist.sh could not fetch Scrapy's sdist (pip download "
+            f"needs the package index):\n{out.stderr[-3000:]}"
+        )
     return Path(out.stdout.strip().splitlines()[-1])
 
 
