@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 import crawlq
-from crawlq._jobfile import decode_line, encode_line
+from crawlq._exchange import decode_line, encode_line
 from crawlq.cli import app
 
 runner = CliRunner()
@@ -338,3 +338,50 @@ def test_other_bad_jobs_and_files_are_clean_errors(tmp_path: Path) -> None:
     result = runner.invoke(app, ["export", "memory://"])
     assert result.exit_code == 1
     assert "memory:// frontier lives inside its process" in result.stderr
+
+
+# -- the first hour: import options, help text, closed and twice-opened jobs ----------
+
+
+def test_import_creates_a_new_job_with_the_options_given(tmp_path: Path) -> None:
+    job = tmp_path / "new"
+    lines = '{"url": "https://a.example/?utm_source=x"}\n{"url": "https://a.example/"}\n'
+    result = runner.invoke(
+        app, ["import", str(job), "-", "--ignore-query-param", "utm_*", "--lifo"], input=lines
+    )
+    assert result.exit_code == 0, result.output
+    assert "1 added, 1 duplicates" in result.stdout
+    fingerprinter = crawlq.Fingerprinter(ignore_query_params=["utm_*"])
+    with crawlq.open_frontier(str(job), fingerprinter=fingerprinter, lifo=True) as frontier:
+        assert len(frontier) == 1
+    # Options that disagree with an existing job are refused, and nothing is imported.
+    result = runner.invoke(app, ["import", str(job), "-", "--keep-fragments"], input=lines)
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: ")
+    with crawlq.open_frontier(str(job), fingerprinter=fingerprinter, lifo=True) as frontier:
+        assert len(frontier) == 1
+
+
+def test_help_shows_no_bool_placeholders_nor_private_modules() -> None:
+    for command in ([], ["demo"], ["inspect"], ["export"], ["import"], ["purge"]):
+        result = runner.invoke(app, [*command, "--help"])
+        assert result.exit_code == 0, result.output
+        assert "<bool>" not in result.output
+        assert "crawlq._" not in result.output
+    export_help = " ".join(runner.invoke(app, ["export", "--help"]).output.split())
+    assert "queued and leased alike" in export_help
+    assert "body_base64" in export_help
+
+
+def test_opening_a_job_twice_in_one_process_says_so(tmp_path: Path) -> None:
+    with crawlq.open_frontier(str(tmp_path / "job")):
+        with pytest.raises(crawlq.JobLocked, match="already open in this process") as locked:
+            crawlq.open_frontier(str(tmp_path / "job"))
+        assert "close it first" in str(locked.value)
+
+
+def test_a_closed_frontier_says_what_to_do() -> None:
+    frontier = crawlq.open_frontier()
+    frontier.close()
+    with pytest.raises(crawlq.FrontierClosed, match=r"crawlq\.open_frontier\(\)"):
+        frontier.add(crawlq.Request("https://a.example/"))

@@ -139,3 +139,69 @@ def test_replace_makes_an_unleased_copy() -> None:
     copy = request.replace(priority=4)
     assert copy.priority == 4 and copy.url == request.url and copy.meta == request.meta
     assert copy.meta is not request.meta
+
+
+# -- Request.from_link ------------------------------------------------------------
+
+PAGE = "https://a.example/dir/page.html?x=1"
+
+
+@pytest.mark.parametrize(
+    ("href", "url"),
+    [
+        ("next.html", "https://a.example/dir/next.html"),
+        ("../up.html", "https://a.example/up.html"),
+        ("/root", "https://a.example/root"),
+        ("?q=2", "https://a.example/dir/page.html?q=2"),
+        ("//b.example/p", "https://b.example/p"),
+        ("http://c.example/", "http://c.example/"),
+        ("HTTPS://D.example/Q", "https://D.example/Q"),
+        ("page.html#part", "https://a.example/dir/page.html#part"),
+        ("  \n next.html\t ", "https://a.example/dir/next.html"),
+        ("ne\nxt.\thtml", "https://a.example/dir/next.html"),
+    ],
+)
+def test_from_link_resolves_against_the_page(href: str, url: str) -> None:
+    request = Request.from_link(href, base=PAGE)
+    assert request is not None
+    assert request.url == url
+
+
+@pytest.mark.parametrize(
+    "href",
+    [
+        "",
+        "   ",
+        "#top",
+        "#",
+        "mailto:someone@a.example",
+        "MAILTO:someone@a.example",
+        "javascript:void(0)",
+        " javascript:alert(1)",
+        "tel:+1-555-0100",
+        "data:text/html,<p>hi</p>",
+        "ftp://files.a.example/x",
+        "http://[::1",
+        "http://",
+        "http://@/x",
+    ],
+)
+def test_from_link_returns_none_for_links_to_skip(href: str) -> None:
+    assert Request.from_link(href, base=PAGE) is None
+
+
+def test_from_link_passes_fields_and_raises_for_caller_mistakes() -> None:
+    request = Request.from_link("next.html", base=PAGE, depth=3, priority=-3, meta={"k": 1})
+    assert request == Request(
+        "https://a.example/dir/next.html", depth=3, priority=-3, meta={"k": 1}
+    )
+    # A bad field is the caller's mistake, not the page's: it raises.
+    with pytest.raises(crawlq.InvalidRequest, match="priority"):
+        Request.from_link("next.html", base=PAGE, priority=1.5)
+    # ... but a bad link with good fields is still skipped.
+    assert Request.from_link("mailto:x@a.example", base=PAGE, depth=1) is None
+    assert Request.from_link("http://", base=PAGE, depth=1) is None
+    with pytest.raises(crawlq.InvalidRequest, match="absolute http"):
+        Request.from_link("next.html", base="/dir/page.html")
+    with pytest.raises(crawlq.InvalidRequest, match="href must be a str"):
+        Request.from_link(b"next.html", base=PAGE)  # type: ignore[arg-type]

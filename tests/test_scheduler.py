@@ -327,3 +327,183 @@ async def test_many_workers_crawl_everything_once() -> None:
         await scheduler.close()
         await asyncio.gather(*workers)
         assert len(fetched) == len(set(fetched)) == 5 * (1 + 3 + 9)
+
+
+# -- batches with links and acks -------------------------------------------------
+
+
+async def test_add_many_takes_urls_acks_the_page_and_skips_bad_links() -> None:
+    async with make(host_concurrency=1) as scheduler:
+        assert await scheduler.add_many(["https://a.example/"]) == [True]
+        page = await scheduler.get()
+        # The host is busy (concurrency 1) until the page is acked with its links.
+        waiter = asyncio.create_task(scheduler.get())
+        await asyncio.sleep(0.01)
+        assert not waiter.done()
+        added = await scheduler.add_many(
+            ["https://a.example/next", "mailto:x@a.example", "https://a.example/"],
+            ack=page,
+            invalid="skip",
+        )
+        assert added == [True, None, False]
+        child = await asyncio.wait_for(waiter, 1)  # the ack freed the host
+        assert child.url == "https://a.example/next"
+        stats = scheduler.stats()
+        assert (stats.queued, stats.in_flight, stats.skipped) == (0, 1, 1)
+        with pytest.raises(crawlq.InvalidRequest, match="javascript"):
+            await scheduler.add_many(["javascript:void(0)"], ack=child)
+        assert scheduler.stats().in_flight == 1  # nothing acked when the batch fails
+        await scheduler.add_many([], ack=child)
+        await asyncio.wait_for(scheduler.join(), 1)
+
+
+async def test_add_many_after_close_acks_nothing() -> None:
+    scheduler = make()
+    await scheduler.add("https://a.example/")
+    page = await scheduler.get()
+    await scheduler.close()
+    with pytest.raises(crawlq.SchedulerClosed):
+        await scheduler.add_many(["https://a.example/x"], ack=page)
+    assert scheduler.stats().in_flight == 1
+    scheduler.task_done(page)
+    await asyncio.wait_for(scheduler.join(), 1)
+
+
+# -- workers that die ---------------------------------------------------------------
+
+
+async def test_a_worker_that_raises_is_logged_released_and_fails_join(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with make() as scheduler:
+        await scheduler.add_many(["https://a.example/ok", "https://a.example/bug"])
+
+        async def worker() -> None:
+            while True:
+                request = await scheduler.get()
+                if request.url.endswith("bug"):
+                    raise RuntimeError("parser bug")
+                scheduler.task_done(request)
+
+        joiner = asyncio.create_task(scheduler.join())
+        task = asyncio.create_task(worker(), name="worker-7")
+        with pytest.raises(crawlq.WorkerFailed, match="bug") as failed:
+            await asyncio.wait_for(joiner, 2)
+        assert isinstance(failed.value.__cause__, RuntimeError)
+        assert "worker-7" in str(failed.value)
+        assert "https://a.example/bug" in str(failed.value)
+        assert task.done()
+        # The request the dead worker held was put back, not lost.
+        stats = scheduler.stats()
+        assert (stats.queued, stats.in_flight) == (1, 0)
+        errors = [r for r in caplog.records if r.levelname == "ERROR" and r.name == "crawlq"]
+        assert len(errors) == 1
+        assert "https://a.example/bug" in errors[0].getMessage()
+        assert errors[0].exc_info is not None
+        # Raised once: a new worker can finish the crawl and join returns.
+        request = await scheduler.get()
+        assert request.url == "https://a.example/bug"
+        scheduler.task_done(request)
+        await asyncio.wait_for(scheduler.join(), 1)
+
+
+async def test_a_failure_before_join_is_raised_by_the_next_join() -> None:
+    async with make() as scheduler:
+        await scheduler.add("https://a.example/")
+
+        async def worker() -> None:
+            await scheduler.get()
+            raise ValueError("boom")
+
+        task = asyncio.create_task(worker())
+        await asyncio.wait([task])
+        await asyncio.sleep(0)  # the task's done callbacks run
+        with pytest.raises(crawlq.WorkerFailed, match="boom"):
+            await asyncio.wait_for(scheduler.join(), 1)
+        assert scheduler.stats().queued == 1
+
+
+async def test_a_worker_cancelled_holding_a_request_releases_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level("INFO", logger="crawlq")
+    async with make() as scheduler:
+        await scheduler.add("https://a.example/")
+        started = asyncio.Event()
+
+        async def worker() -> None:
+            await scheduler.get()
+            started.set()
+            await asyncio.sleep(60)  # a slow fetch
+
+        task = asyncio.create_task(worker())
+        await asyncio.wait_for(started.wait(), 1)
+        task.cancel()
+        await asyncio.wait([task])
+        await asyncio.sleep(0)
+        stats = scheduler.stats()
+        assert (stats.queued, stats.in_flight) == (1, 0)
+        assert any("cancelled holding" in r.getMessage() for r in caplog.records)
+        # A cancellation is not a failure: join just waits for the work.
+        request = await scheduler.get()
+        scheduler.task_done(request)
+        await asyncio.wait_for(scheduler.join(), 1)
+
+
+async def test_a_task_that_returns_a_request_passes_it_on() -> None:
+    async with make() as scheduler:
+        await scheduler.add("https://a.example/")
+        # On Python 3.11, wait_for runs get() in a task of its own, which ends.
+        request = await asyncio.wait_for(scheduler.get(), 1)
+        await asyncio.sleep(0)
+        assert scheduler.stats().in_flight == 1  # still leased: nothing released it
+        scheduler.task_done(request)
+        await asyncio.wait_for(scheduler.join(), 1)
+
+
+async def test_join_says_so_when_every_worker_is_gone(caplog: pytest.LogCaptureFixture) -> None:
+    async with make() as scheduler:
+        await scheduler.add_many(["https://a.example/1", "https://a.example/2"])
+
+        async def worker() -> None:
+            request = await scheduler.get()
+            await asyncio.sleep(60)
+            scheduler.task_done(request)
+
+        task = asyncio.create_task(worker())
+        await asyncio.sleep(0.01)
+        joiner = asyncio.create_task(scheduler.join())
+        await asyncio.sleep(0.01)
+        task.cancel()
+        await asyncio.wait([task])
+        await asyncio.sleep(0.01)
+        assert not joiner.done()
+        # Said a moment later, in case the crawl is being stopped on purpose.
+        await asyncio.sleep(1.5)
+        assert not joiner.done()
+        warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert any("join() waits for new workers" in m for m in warnings), warnings
+        joiner.cancel()
+
+
+async def test_stopping_workers_then_closing_is_quiet(caplog: pytest.LogCaptureFixture) -> None:
+    async with make() as scheduler:
+        await scheduler.add_many(["https://a.example/1", "https://a.example/2"])
+
+        async def worker() -> None:
+            while True:
+                request = await scheduler.get()
+                await asyncio.sleep(60)
+                scheduler.task_done(request)
+
+        task = asyncio.create_task(worker())
+        await asyncio.sleep(0.01)
+        joiner = asyncio.create_task(scheduler.join())
+        await asyncio.sleep(0.01)
+        task.cancel()
+        await asyncio.wait([task])
+        await scheduler.close()  # the crawl is stopped on purpose
+        with pytest.raises(crawlq.SchedulerClosed):
+            await joiner
+        await asyncio.sleep(1.5)
+        assert [r for r in caplog.records if r.levelname == "WARNING"] == []

@@ -27,6 +27,7 @@ from ._errors import (
     StoreError,
     StoreFull,
     StoreUnavailable,
+    WorkerFailed,
 )
 from ._fingerprint import Fingerprinter
 from ._frontier import Frontier, FrontierStats
@@ -63,6 +64,7 @@ __all__ = [
     "StoreFull",
     "StoreKind",
     "StoreUnavailable",
+    "WorkerFailed",
     "__version__",
     "open_frontier",
     "store_kind",

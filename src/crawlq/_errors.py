@@ -20,7 +20,8 @@ CrawlqError
 │   └── StoreUnavailable   the store cannot be reached now (may pass)
 ├── QueueEmpty             Scheduler.get_nowait found nothing ready
 ├── QueueFull              Scheduler.add_nowait found the scheduler at maxsize
-└── SchedulerClosed        the scheduler was closed while waiting, or before
+├── SchedulerClosed        the scheduler was closed while waiting, or before
+└── WorkerFailed           Scheduler.join: a task taking requests from it raised
 ```
 """
 
@@ -44,6 +45,7 @@ __all__ = [
     "StoreError",
     "StoreFull",
     "StoreUnavailable",
+    "WorkerFailed",
 ]
 
 
@@ -93,7 +95,20 @@ class LeaseError(CrawlqError):
 
 
 class FrontierClosed(CrawlqError):
-    """The frontier was used after ``close()``."""
+    """The frontier was used after ``close()``.
+
+    A closed frontier stays closed; the message says to open the store again
+    with ``crawlq.open_frontier`` (a durable job resumes where it was).
+    """
+
+    def __init__(self, message: str = "the frontier is closed") -> None:
+        if "open_frontier" not in message:
+            message = (
+                f"{message}; a closed frontier cannot be used again: call "
+                "crawlq.open_frontier() with the same URL for a new one (a durable job "
+                "resumes where it was), and close it only when the crawl is done"
+            )
+        super().__init__(message)
 
 
 class StoreError(CrawlqError):
@@ -183,4 +198,16 @@ class SchedulerClosed(CrawlqError):
     Raised by ``add`` and ``get`` after ``close()``, and raised into every
     coroutine that was waiting in ``get``, ``add`` or ``join`` when ``close()``
     was called.
+    """
+
+
+class WorkerFailed(CrawlqError):
+    """A task that took requests from a `Scheduler` ended with an exception.
+
+    Raised by ``Scheduler.join`` (into the joins waiting then, or the next one
+    called), so that a crawl whose workers die does not wait forever. The
+    requests the task held (got and not yet finished) were released back to
+    the frontier, not lost; the message names them, and ``__cause__`` is the
+    task's exception. Catch errors per request inside the worker (log, then
+    ``task_done`` or ``release``) so that one bad page cannot stop the crawl.
     """

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Final
+from typing import Any, Final, Literal, overload
 
 import msgspec
 
@@ -16,9 +16,13 @@ from ._policy import Policy
 from ._request import MAX_URL_LENGTH, Request, check_encodable, encode_request
 from .stores.base import Entry, HostCount, Store
 
-__all__ = ["Frontier", "FrontierStats", "HostCount"]
+__all__ = ["Frontier", "FrontierStats", "HostCount", "Invalid"]
 
 _SLOT_KEY: Final = "download_slot"
+
+#: What ``add_many`` does with a request it cannot store: raise (the whole
+#: batch is refused) or skip it (``None`` in the result, counted in stats).
+Invalid = Literal["raise", "skip"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +41,9 @@ class FrontierStats:
     hosts: tuple[HostCount, ...] | None = None
     #: Store-specific figures, e.g. a Bloom filter's fill ratio.
     extra: Mapping[str, float] = field(default_factory=dict)
+    #: Invalid requests ``add_many(..., invalid="skip")`` skipped through this
+    #: frontier object since it was opened (not stored: one process's count).
+    skipped: int = 0
 
 
 class Frontier:
@@ -54,6 +61,7 @@ class Frontier:
         "_max_url_length",
         "_needs_payload",
         "_origin",
+        "_skipped",
         "_store",
         "_store_add",
         "_store_pop",
@@ -78,6 +86,7 @@ class Frontier:
         self._store_pop = store.pop
         self._origin = store.origin
         self._closed = False
+        self._skipped = 0
         self.policy = policy
         self.url = url
 
@@ -142,54 +151,121 @@ class Frontier:
             raise FrontierClosed(f"frontier {self.url} is closed")
         return self._store_add((self._entry(request),))[0]
 
+    @overload
     def add_many(
         self,
-        requests: Iterable[Request],
+        requests: Iterable[Request | str],
         *,
         fingerprints: Sequence[bytes] | None = None,
         ack: Request | Iterable[Request] | None = None,
         lifo: bool | None = None,
-    ) -> list[bool]:
+        invalid: Literal["raise"] = "raise",
+    ) -> list[bool]: ...
+
+    @overload
+    def add_many(
+        self,
+        requests: Iterable[Request | str],
+        *,
+        fingerprints: Sequence[bytes] | None = None,
+        ack: Request | Iterable[Request] | None = None,
+        lifo: bool | None = None,
+        invalid: Invalid,
+    ) -> list[bool | None]: ...
+
+    def add_many(
+        self,
+        requests: Iterable[Request | str],
+        *,
+        fingerprints: Sequence[bytes] | None = None,
+        ack: Request | Iterable[Request] | None = None,
+        lifo: bool | None = None,
+        invalid: Invalid = "raise",
+    ) -> list[bool] | list[bool | None]:
         """Queue a batch (the links of one page, say); False marks each duplicate.
 
-        The batch is validated whole before anything is stored, so one bad
-        request rejects the batch and stores none of it. A durable store writes
-        the batch in one transaction. ``fingerprints``, one per request (at
-        least 16 bytes each; the first 16 count), replaces the frontier's own
-        fingerprinter, for crawlers that fingerprint requests their own way
-        (Scrapy's ``crawler.request_fingerprinter``); a request that also has
-        a ``meta["download_slot"]`` then needs nothing from its URL, which is
-        stored as given without being parsed. ``ack`` is a popped request
-        (or several) to mark done in the same durable step, after the batch:
-        the page whose links these are. A durable store then commits once,
-        not twice.
+        Each item is a `Request` or a URL string (``Request(url)`` with
+        default fields). With ``invalid="raise"`` (the default) the batch is
+        validated whole before anything is stored, so one bad request raises
+        `InvalidRequest` and stores none of the batch. With
+        ``invalid="skip"`` a request that cannot be stored (a URL that is not
+        absolute http(s), meta msgpack cannot encode...) is skipped: it is
+        never stored, its place in the result is ``None`` (not False, which
+        means a duplicate), and it is counted in ``stats().skipped``; the rest
+        of the batch is added. An item that is neither a `Request` nor a str
+        is a bug in the caller and raises `InvalidRequest` either way.
+
+        A durable store writes the batch in one transaction. ``fingerprints``,
+        one per request (at least 16 bytes each; the first 16 count), replaces
+        the frontier's own fingerprinter, for crawlers that fingerprint
+        requests their own way (Scrapy's ``crawler.request_fingerprinter``); a
+        request that also has a ``meta["download_slot"]`` then needs nothing
+        from its URL, which is stored as given without being parsed. ``ack``
+        is a popped request (or several) to mark done in the same durable
+        step, after the batch: the page whose links these are. A durable store
+        then commits once, not twice.
         ``lifo`` orders this batch against the frontier's ``lifo`` setting
         (None: the setting): within a priority, requests added FIFO come out
         oldest first, requests added LIFO newest first, and every request
         added FIFO comes before every request added LIFO. Scrapy's start
         requests, say, keep the order they were yielded in a LIFO crawl.
+        Raises `FrontierClosed` after ``close()`` and `StoreError` when the
+        store fails; nothing of the batch is stored then.
         """
         if self._closed:
             raise FrontierClosed(f"frontier {self.url} is closed")
-        if fingerprints is None:
-            entries = [self._entry(request) for request in requests]
+        skipped: list[int] | None = None
+        if invalid == "raise":
+            if fingerprints is None:
+                entries = [
+                    self._entry(r if type(r) is Request else _as_request(r)) for r in requests
+                ]
+            else:
+                batch = list(requests)
+                _check_fingerprint_count(fingerprints, batch)
+                entries = [
+                    self._entry(r if type(r) is Request else _as_request(r), f)
+                    for r, f in zip(batch, fingerprints, strict=True)
+                ]
+        elif invalid == "skip":
+            entries, skipped = self._entries_skipping(requests, fingerprints)
         else:
-            batch = list(requests)
-            if len(fingerprints) != len(batch):
-                raise InvalidRequest(
-                    f"{len(fingerprints)} fingerprints given for {len(batch)} requests"
-                )
-            entries = [self._entry(r, f) for r, f in zip(batch, fingerprints, strict=True)]
+            raise InvalidRequest(f"invalid must be 'raise' or 'skip', not {invalid!r}")
         finished: Sequence[object] = ()
         if ack is not None:
             finished = self._leases((ack,) if isinstance(ack, Request) else ack)
         if lifo is not None and lifo is not self.policy.lifo:
             if type(lifo) is not bool:
                 raise InvalidRequest(f"lifo must be True, False or None, not {lifo!r}")
-            return self._store.add(entries, finished, lifo=lifo) if entries or finished else []
-        if not entries and not finished:
-            return []
-        return self._store.add(entries, finished)
+            added = self._store.add(entries, finished, lifo=lifo) if entries or finished else []
+        elif not entries and not finished:
+            added = []
+        else:
+            added = self._store.add(entries, finished)
+        if not skipped:
+            return added
+        self._skipped += len(skipped)
+        return _with_skipped(added, skipped)
+
+    def _entries_skipping(
+        self, requests: Iterable[Request | str], fingerprints: Sequence[bytes] | None
+    ) -> tuple[list[Entry], list[int]]:
+        """Entries of the requests that can be stored, and the positions of the others."""
+        batch = list(requests)
+        if fingerprints is not None:
+            _check_fingerprint_count(fingerprints, batch)
+        entries: list[Entry] = []
+        skipped: list[int] = []
+        for index, item in enumerate(batch):
+            if not isinstance(item, Request | str):
+                _as_request(item)  # raises: a bug in the caller, never skipped
+            try:
+                request = item if isinstance(item, Request) else Request(item)
+                fingerprint = None if fingerprints is None else fingerprints[index]
+                entries.append(self._entry(request, fingerprint))
+            except InvalidRequest:
+                skipped.append(index)
+        return entries, skipped
 
     def seen(self, request: Request) -> bool:
         """Return True if ``request`` is a duplicate: `add` would refuse it now.
@@ -304,6 +380,7 @@ class Frontier:
             self.url,
             per_host,
             self._store.extra_stats(),
+            self._skipped,
         )
 
     def load_state(self) -> dict[str, Any]:
@@ -353,6 +430,37 @@ class Frontier:
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"<Frontier {self.url} {state}>"
+
+
+def _as_request(item: object) -> Request:
+    """``Request(item)`` for a URL string; `InvalidRequest` for anything else."""
+    if isinstance(item, Request):
+        return item
+    if isinstance(item, str):
+        return Request(item)
+    raise InvalidRequest(
+        f"expected a crawlq.Request or a URL string, not {type(item).__name__}: {item!r}"
+    )
+
+
+def _check_fingerprint_count(fingerprints: Sequence[bytes], batch: list[Any]) -> None:
+    if len(fingerprints) != len(batch):
+        raise InvalidRequest(f"{len(fingerprints)} fingerprints given for {len(batch)} requests")
+
+
+def _with_skipped(added: list[bool], skipped: list[int]) -> list[bool | None]:
+    """``added`` with None put back at each skipped position (ascending)."""
+    out: list[bool | None] = []
+    results = iter(added)
+    position = 0
+    for index in skipped:
+        while position < index:
+            out.append(next(results))
+            position += 1
+        out.append(None)
+        position += 1
+    out.extend(results)
+    return out
 
 
 def _check_state(state: Mapping[str, Any]) -> None:

@@ -47,7 +47,9 @@ _MEMORY: Final = StoreKind("memory", "crawlq.stores.memory", False, False, None)
 _SQLITE: Final = StoreKind(
     "sqlite", "crawlq.stores.sqlite", True, False, "crawlq.stores._sqlite_inspect"
 )
-_REDIS: Final = StoreKind("redis", "crawlq.stores.redis", True, True, "crawlq.stores._redis_jobs")
+_REDIS: Final = StoreKind(
+    "redis", "crawlq.stores.redis", True, True, "crawlq.stores._redis_inspect"
+)
 # scheme -> its store; "rediss" and "unix" are Redis over TLS and a Unix socket.
 _KINDS: Final = {
     "memory": _MEMORY,

@@ -12,6 +12,7 @@ import datetime
 import decimal
 from collections.abc import Mapping
 from typing import Any, Final, NoReturn
+from urllib.parse import urljoin
 
 import msgspec
 
@@ -34,6 +35,10 @@ MAX_URL_LENGTH: Final = 32 * 1024
 _HTTP: Final = "http://"
 _HTTPS: Final = "https://"
 _AUTHORITY_END: Final = frozenset("/?#")
+#: What a browser strips from both ends of an href (C0 controls and space),
+#: and the characters it removes anywhere in it (tab and newlines).
+_HREF_STRIP: Final = "".join(map(chr, range(0x21)))
+_HREF_REMOVE: Final = str.maketrans("", "", "\t\n\r")
 
 
 def _check_url(url: object) -> None:
@@ -208,6 +213,45 @@ class Request:
             raise InvalidRequest(f"depth must be a non-negative int, not {depth!r}")
         self.depth = depth
         self._lease = None
+
+    @classmethod
+    def from_link(cls, href: str, *, base: str, **fields: Any) -> Request | None:
+        """Return the request for a link ``href`` found on the page at ``base``; None to skip it.
+
+        ``href`` is resolved against ``base`` as a browser does (relative,
+        root-relative and scheme-relative links; surrounding whitespace and
+        tabs or newlines inside are dropped). Returns None, for the crawler
+        to skip, when the link leads to no page to fetch: an empty or
+        fragment-only href (``#top``: the same page), a scheme other than
+        http(s) (``mailto:``, ``javascript:``, ``tel:``, ``data:``...), or a
+        malformed URL (one ``Request`` refuses). ``fields`` are the other
+        `Request` fields (``depth=``, ``priority=``...). Raises
+        `InvalidRequest` if ``base`` is not an absolute http(s) URL, or for a
+        bad value in ``fields``: mistakes of the caller, not of the page.
+        """
+        _check_url(base)
+        if type(href) is not str:
+            raise InvalidRequest(f"href must be a str, not {type(href).__name__}: {href!r}")
+        href = href.strip(_HREF_STRIP).translate(_HREF_REMOVE)
+        if not href or href.startswith("#"):
+            return None
+        try:
+            url = urljoin(base, href)
+        except ValueError:  # e.g. an unclosed IPv6 bracket
+            return None
+        lowered = url[:8].lower()
+        if not lowered.startswith((_HTTP, _HTTPS)):
+            return None
+        try:
+            return cls(url, **fields)
+        except InvalidRequest:
+            if not fields:
+                return None
+        try:
+            cls(url)
+        except InvalidRequest:
+            return None  # the URL is what is wrong
+        return cls(url, **fields)  # raises for the bad field
 
     def replace(self, **changes: Any) -> Request:
         """Return a new request with the given fields changed; it carries no lease."""

@@ -13,11 +13,9 @@ stderr and exit code 1; never a traceback.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import importlib
 import os
-import signal
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,14 +27,14 @@ from rich.table import Table
 from rich.text import Text
 
 from ._errors import ConfigError, CrawlqError, InvalidRequest
+from ._exchange import JobReport, decode_line, encode_line
 from ._fingerprint import Fingerprinter
-from ._jobfile import JobReport, decode_line, encode_line
 from ._open import open_frontier, store_kind
 from ._request import Request
 from ._version import __version__
 
 if TYPE_CHECKING:
-    from ._demo import DemoProgress, DemoResult
+    pass
 
 __all__ = ["app", "main"]
 
@@ -49,6 +47,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
 
 JobArgument = Annotated[
@@ -103,8 +102,14 @@ def demo(
         int, typer.Option(min=1, max=250, help="Hosts, served on 127.0.0.2 and up.")
     ] = 20,
     delay: Annotated[
-        float, typer.Option(min=0.0, help="Seconds between two requests to one host.")
-    ] = 0.01,
+        float | None,
+        typer.Option(
+            min=0.0,
+            help="Seconds between two requests to one host (default 0.2: about half a "
+            "minute for the default site; 0.01 with --fast).",
+            show_default=False,
+        ),
+    ] = None,
     concurrency: Annotated[
         int, typer.Option(min=1, help="Most requests in flight to one host.")
     ] = 2,
@@ -118,7 +123,15 @@ def demo(
         ),
     ] = Path(DEFAULT_DEMO_JOB),
     fresh: Annotated[
-        bool, typer.Option("--fresh", help="Delete the job directory's crawl and start over.")
+        bool,
+        typer.Option("--fresh", help="Delete the job directory's crawl and start over."),
+    ] = False,
+    fast: Annotated[
+        bool,
+        typer.Option(
+            "--fast",
+            help="Crawl as fast as crawlq goes (a few seconds) instead of at a pace to watch.",
+        ),
     ] = False,
 ) -> None:
     """Crawl a generated site on loopback with crawlq, live, and check the crawl.
@@ -126,93 +139,37 @@ def demo(
     Serves a few thousand linked pages (with duplicates, tracking parameters,
     404s and 500s) from one aiohttp server per host on 127.0.0.2 and up, crawls
     them with an async crawler fed by a crawlq Scheduler over a SQLite job in
-    --job, and prints a summary. Ctrl-C stops cleanly (exit 130); the same
-    command resumes the job where it stopped. Exits 1 unless every page of the
-    site was fetched exactly once (requests in flight at a stop may be fetched
-    once more).
+    --job, and prints a summary. It takes about half a minute (--fast: a few
+    seconds). Ctrl-C stops cleanly: the requests in flight finish, then it
+    exits 130 (a second Ctrl-C stops at once, putting them back); the same
+    command resumes the job where it stopped, even after a kill -9. Exits 1
+    unless every page of the site was fetched exactly once (requests in flight
+    at a kill or a second Ctrl-C may be fetched once more).
     """
-    console = Console()
-    try:
-        from ._demo import DemoConfig, run_demo
-    except ModuleNotFoundError as exc:
-        if (exc.name or "").partition(".")[0] != "aiohttp":
-            raise
-        Console(stderr=True).print(DEMO_NEEDS_AIOHTTP, markup=False, highlight=False)
-        raise typer.Exit(1) from None
-    from ._demo.report import LiveProgress, summary_table, verdict
+    from ._demo.command import run_command
 
-    try:
-        config = DemoConfig(
-            pages=pages,
-            hosts=hosts,
-            delay=delay,
-            concurrency=concurrency,
-            workers=workers,
-            seed=seed,
-        )
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
-    job_dir = job.absolute()
-    console.print(Text(f"job: {job_dir}", style="dim"))
-
-    async def crawl(on_progress: Callable[[DemoProgress], None]) -> DemoResult:
-        # First Ctrl-C: stop cleanly. The handler is then gone, so a second
-        # one interrupts at once (the job stays consistent either way).
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-
-        def on_sigint() -> None:
-            stop.set()
-            loop.remove_signal_handler(signal.SIGINT)
-
-        loop.add_signal_handler(signal.SIGINT, on_sigint)
-        try:
-            return await run_demo(
-                config, job=job_dir, fresh=fresh, stop=stop, on_progress=on_progress
-            )
-        finally:
-            loop.remove_signal_handler(signal.SIGINT)
-
-    with _clean_errors():
-        try:
-            with LiveProgress(console) as live:
-                result = asyncio.run(crawl(live.update))
-        except KeyboardInterrupt:
-            typer.echo(f"interrupted; run the same command to resume {job_dir}", err=True)
-            raise typer.Exit(130) from None
-    if result.already_complete:
-        console.print(
-            Text(
-                f"job {job_dir} is already complete ({result.fetched:,} pages fetched in "
-                f"{result.runs} run{'s' if result.runs > 1 else ''}); "
-                "add --fresh to crawl it again"
-            )
-        )
-        console.print(verdict(result), highlight=False)
-        if not result.complete:
-            raise typer.Exit(1)
-        return
-    if result.interrupted:
-        console.print(
-            Text(
-                f"stopped: {result.fetched:,} of {result.expected_fetches:,} fetched, "
-                f"{result.queued:,} requests left in the job, {result.in_flight_at_stop} put "
-                "back unfinished; run the same command to resume (--fresh starts over)"
-            )
-        )
-        raise typer.Exit(130)
-    if result.single_address:
-        console.print(
-            "[yellow]note:[/] 127.0.0.2 and up could not be bound here, so every host was "
-            "served on 127.0.0.1 with its own port (paced apart with meta['download_slot'])"
-        )
-    console.print(summary_table(result))
-    console.print(verdict(result), highlight=False)
-    if not result.complete:
-        raise typer.Exit(1)
+    run_command(
+        pages=pages,
+        hosts=hosts,
+        delay=delay,
+        concurrency=concurrency,
+        workers=workers,
+        seed=seed,
+        job=job,
+        fresh=fresh,
+        fast=fast,
+    )
 
 
 # -- jobs -----------------------------------------------------------------------
+
+
+def _note_default_crawl(url: str) -> None:
+    """Say so when a Redis URL names no crawl: it then means the crawl 'default'."""
+    if store_kind(url).name == "redis" and "crawl=" not in url.partition("?")[2]:
+        typer.echo(
+            "note: the URL has no ?crawl=NAME, so it means the crawl named 'default'", err=True
+        )
 
 
 def _job_reader(job: str, name: str) -> Callable[..., Any]:
@@ -251,9 +208,11 @@ def inspect(
 ) -> None:
     """Show a job's counts, busiest hosts, priorities and settings.
 
-    Reads the job without locking it, so it works while a crawl runs.
+    Reads the job without locking it, so it works while a crawl runs. Exits 1
+    with a message if there is no such job (or Redis crawl).
     """
     with _clean_errors():
+        _note_default_crawl(job)
         report = cast(JobReport, _job_reader(job, "inspect")(job, top=top))
     _print_report(Console(), report)
 
@@ -320,9 +279,11 @@ def _print_priorities(console: Console, report: JobReport) -> None:
 def export(job: JobArgument) -> None:
     """Write a job's requests to stdout as JSONL, one per line, oldest first.
 
-    Queued and leased requests alike (a leased one is not done). Reads the
-    job without locking it, so it works while a crawl runs. The format is
-    described in crawlq._jobfile; crawlq import reads it back.
+    Every request not done yet: queued and leased alike (a leased one is not
+    done). Reads the job without locking it, so it works while a crawl runs.
+    Each line is a JSON object with the fields of crawlq.Request, those at
+    their defaults left out; the body is "body_base64", and bytes in meta are
+    {"$bytes": "<base64>"}. crawlq import reads it back.
     """
     failed: list[str] = []
     with _clean_errors():
@@ -390,6 +351,36 @@ def import_(
     file: Annotated[
         str, typer.Argument(help="JSONL file to read, or - for stdin.", show_default=False)
     ],
+    lifo: Annotated[
+        bool | None,
+        typer.Option(
+            "--lifo/--fifo",
+            help="Order of a new job: newest first within a priority (depth-first), or "
+            "oldest first [default: fifo; an existing job keeps its own].",
+            show_default=False,
+        ),
+    ] = None,
+    ignore_query_param: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--ignore-query-param",
+            metavar="PATTERN",
+            help="Query parameter (or glob, e.g. 'utm_*') a new job's fingerprints drop; "
+            "repeat for several.",
+            show_default=False,
+        ),
+    ] = None,
+    keep_fragments: Annotated[
+        bool,
+        typer.Option("--keep-fragments", help="A new job's fingerprints keep #fragments."),
+    ] = False,
+    scrapy_fingerprints: Annotated[
+        bool,
+        typer.Option(
+            "--scrapy-fingerprints",
+            help="A new job fingerprints requests as Scrapy does (mode='scrapy').",
+        ),
+    ] = False,
 ) -> None:
     """Add the requests of a JSONL file (as crawlq export writes it) to a job.
 
@@ -397,12 +388,20 @@ def import_(
     if any is bad, each is reported with its line number and nothing is
     imported. Otherwise all requests are added in one transaction: nothing is
     ever half-imported. Blank lines are skipped. The job is opened like a
-    crawler opens it, so this fails while a crawl has it open; a new job is
-    created if there is none.
+    crawler opens it, so this fails while a crawl has it open. An existing
+    job keeps its own fingerprint settings and order; a new job is created
+    with the defaults, or with the options given (which must then match
+    what the crawler will open it with).
     """
     with _clean_errors():
         lines = _read_lines(file)
-        fingerprinter, lifo = _job_options(job)
+        fingerprinter, job_lifo = _job_options(job)
+        if ignore_query_param or keep_fragments or scrapy_fingerprints:
+            fingerprinter = Fingerprinter(
+                mode="scrapy" if scrapy_fingerprints else "crawlq",
+                keep_fragments=keep_fragments,
+                ignore_query_params=ignore_query_param or (),
+            )
         requests, problems = _parse(lines, fingerprinter)
         if problems:
             _report_bad(problems, "lines")
@@ -413,7 +412,9 @@ def import_(
         if not requests:
             typer.echo(f"{file} holds no requests; nothing was imported")
             return
-        frontier = open_frontier(job, fingerprinter=fingerprinter, lifo=lifo)
+        frontier = open_frontier(
+            job, fingerprinter=fingerprinter, lifo=job_lifo if lifo is None else lifo
+        )
         try:
             added = frontier.add_many(requests)
             url = frontier.url
@@ -487,6 +488,7 @@ def purge(
                 f"purge deletes a Redis crawl; for a SQLite job ({url}), stop its crawl "
                 "and delete the job directory or file"
             )
+        _note_default_crawl(url)
         purge_crawl = _job_reader(url, "purge")
         shown = _job_reader(url, "display")(url)
         if not yes and not typer.confirm(f"Delete every key of {shown}?", default=False):

@@ -15,6 +15,11 @@ No coroutine polls a local store: a single timer is armed for the moment the
 frontier says its next request becomes ready. On a shared store (Redis) other
 workers add and ack unseen, so the timer also fires every half second while
 coroutines wait.
+
+A worker that dies is never silent: when a task ends with an exception while
+holding requests from ``get`` (see `Holdings`), they are released, an error
+naming them is logged on the ``crawlq`` logger, and ``join`` raises
+`WorkerFailed`. A task cancelled holding requests has them released too.
 """
 
 from __future__ import annotations
@@ -25,10 +30,18 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal, overload
 
-from ._errors import ConfigError, InvalidRequest, QueueEmpty, QueueFull, SchedulerClosed
-from ._frontier import Frontier
+from ._errors import (
+    ConfigError,
+    InvalidRequest,
+    QueueEmpty,
+    QueueFull,
+    SchedulerClosed,
+    WorkerFailed,
+)
+from ._frontier import Frontier, Invalid
+from ._holdings import Holdings, logger
 from ._request import Request
 from .stores.base import HostCount
 
@@ -39,6 +52,8 @@ __all__ = ["Scheduler", "SchedulerStats"]
 _MIN_WAIT = 0.001
 # How often a waiting get() looks again at a store other processes change.
 _SHARED_POLL = 0.5
+# Seconds after the last worker ended before a waiting join() warns about it.
+_UNATTENDED_GRACE = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +72,8 @@ class SchedulerStats:
     closed: bool
     #: Per-host counts, busiest first, when asked for with ``hosts=True``.
     hosts: tuple[HostCount, ...] | None = None
+    #: Invalid requests ``add_many(..., invalid="skip")`` skipped (see `FrontierStats`).
+    skipped: int = 0
 
 
 class Scheduler:
@@ -86,6 +103,8 @@ class Scheduler:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
         self._closed = False
+        self._holdings = Holdings(frontier, self._on_worker_end)
+        self._failure: WorkerFailed | None = None
 
     @property
     def frontier(self) -> Frontier:
@@ -143,16 +162,53 @@ class Scheduler:
             self._changed()
         return added
 
-    async def add_many(self, requests: Iterable[Request]) -> list[bool]:
-        """Add a batch in one frontier operation; False marks each duplicate.
+    @overload
+    async def add_many(
+        self,
+        requests: Iterable[Request | str],
+        *,
+        ack: Request | Iterable[Request] | None = None,
+        invalid: Literal["raise"] = "raise",
+    ) -> list[bool]: ...
 
-        With ``maxsize``, waits until the queue is below it, then adds the
-        whole batch (which may take it past ``maxsize`` by the batch size).
+    @overload
+    async def add_many(
+        self,
+        requests: Iterable[Request | str],
+        *,
+        ack: Request | Iterable[Request] | None = None,
+        invalid: Invalid,
+    ) -> list[bool | None]: ...
+
+    async def add_many(
+        self,
+        requests: Iterable[Request | str],
+        *,
+        ack: Request | Iterable[Request] | None = None,
+        invalid: Invalid = "raise",
+    ) -> list[bool] | list[bool | None]:
+        """Add a batch (`Request`s or URL strings) in one frontier operation.
+
+        False marks each duplicate. ``invalid="skip"`` skips requests that
+        cannot be stored (None in the result) instead of raising
+        `InvalidRequest` for the whole batch; ``ack`` marks the request (or
+        requests) the batch came from done in the same durable step, as
+        `Frontier.add_many` does: ``await scheduler.add_many(links,
+        ack=request)`` replaces ``task_done(request)``. With ``maxsize``,
+        waits until the queue is below it, then adds the whole batch (which
+        may take it past ``maxsize`` by the batch size). Raises
+        `SchedulerClosed` if the scheduler is or gets closed (nothing is
+        added or acked then), and what `Frontier.add_many` raises.
         """
         batch = list(requests)
+        acked: tuple[Request, ...] = ()
+        if ack is not None:
+            acked = (ack,) if isinstance(ack, Request) else tuple(ack)
         await self._wait_for_room()
-        added = self._frontier.add_many(batch)
-        if any(added):
+        added = self._frontier.add_many(batch, ack=acked or None, invalid=invalid)
+        for request in acked:
+            self._holdings.forget(request)
+        if acked or any(added):
             self._changed()
         return added
 
@@ -181,6 +237,7 @@ class Scheduler:
         if request is None:
             raise QueueEmpty("no request is ready now")
         self._wake_adders()
+        self._holdings.hold(request)
         return request
 
     async def get(self) -> Request:
@@ -198,6 +255,7 @@ class Scheduler:
                 request = self._frontier.pop()
                 if request is not None:
                     self._wake_adders()
+                    self._holdings.hold(request)
                     return request
             future: asyncio.Future[Request | None] = loop.create_future()
             self._getters.append(future)
@@ -208,8 +266,56 @@ class Scheduler:
                 self._abandon(future)
                 raise
             if delivered is not None:
+                self._holdings.hold(delivered)
                 return delivered
             # Woken without a request (the timer): try the frontier again.
+
+    def _on_worker_end(self, failure: WorkerFailed | None, released: bool) -> None:
+        """A task that took requests ended (see `Holdings`): wake whoever must know."""
+        if released and not self._closed:
+            self._changed()
+        if failure is not None:
+            if self._failure is None:
+                self._failure = failure
+            self._fail_joiners()
+        self._warn_if_unattended()
+
+    def _warn_if_unattended(self) -> None:
+        """Say so when joins wait for work that no task is left to take.
+
+        Checked again a moment later, so that a crawl stopping on purpose
+        (closing the scheduler right after cancelling its workers) is quiet.
+        """
+        if self._unattended():
+            asyncio.get_running_loop().call_later(_UNATTENDED_GRACE, self._warn_unattended)
+
+    def _unattended(self) -> bool:
+        if self._closed or self._frontier.closed or self._holdings or self._getters:
+            return False
+        return any(not future.done() for future in self._joiners) and self._busy()
+
+    def _warn_unattended(self) -> None:
+        if self._unattended():
+            stats = self._frontier.stats()
+            logger.warning(
+                "every task that took requests from the scheduler has ended, and %d "
+                "requests are queued, %d in flight: join() waits for new workers",
+                stats.queued,
+                stats.leased,
+            )
+
+    def _fail_joiners(self) -> None:
+        failure = self._failure
+        if failure is None or not self._joiners:
+            return
+        delivered = False
+        while self._joiners:
+            future = self._joiners.popleft()
+            if not future.done():
+                future.set_exception(failure)
+                delivered = True
+        if delivered:
+            self._failure = None
 
     def _abandon(self, future: asyncio.Future[Request | None]) -> None:
         """Undo a getter's wait after it was cancelled or failed."""
@@ -279,13 +385,23 @@ class Scheduler:
 
         Raises `LeaseError` for a request this scheduler's frontier never
         handed out. Works after ``close()``, so in-flight work can finish.
+        Finish requests from `get` through the scheduler (this, `release` or
+        ``add_many(..., ack=)``), not through the frontier: the scheduler
+        keeps track of which task holds each one.
         """
         self._frontier.ack(request)
+        self._holdings.forget(request)
         self._changed()
 
     def release(self, request: Request) -> None:
-        """Put a request returned by `get` back in its place, not done."""
+        """Put a request returned by `get` back in its place, not done.
+
+        For a request the worker could not finish now and wants fetched again
+        (it is handed out again, in its place). Works after ``close()``.
+        Raises `LeaseError` for a request this frontier never handed out.
+        """
         self._frontier.release(request)
+        self._holdings.forget(request)
         self._changed()
 
     async def join(self) -> None:
@@ -293,9 +409,18 @@ class Scheduler:
 
         After ``close()``, waits only until in-flight requests are done (the
         queued rest stays in the frontier). A ``join`` already waiting when
-        ``close()`` is called raises `SchedulerClosed`.
+        ``close()`` is called raises `SchedulerClosed`. Raises `WorkerFailed`
+        when a task that took requests from this scheduler ended with an
+        exception (each failure is raised once: into the joins waiting then,
+        or else the next ``join``); its requests were released, not lost.
         """
-        while self._busy():
+        while True:
+            failure = self._failure
+            if failure is not None:
+                self._failure = None
+                raise failure
+            if not self._busy():
+                return
             future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._joiners.append(future)
             try:
@@ -360,6 +485,7 @@ class Scheduler:
             waiting_consumers=waiting,
             closed=self._closed,
             hosts=frontier.hosts,
+            skipped=frontier.skipped,
         )
 
     async def __aenter__(self) -> Scheduler:

@@ -531,6 +531,98 @@ def test_add_many_acks_the_parent_in_the_same_step(open_store: OpenFrontier) -> 
     assert frontier.add(Request("https://b.example/"))  # the refused batch stored nothing
 
 
+# -- invalid links in a batch -------------------------------------------------------
+
+
+def test_add_many_takes_url_strings_beside_requests(open_store: OpenFrontier) -> None:
+    frontier = open_store()
+    added = frontier.add_many(
+        ["https://a.example/1", Request("https://a.example/2"), "https://a.example/1"]
+    )
+    assert added == [True, True, False]
+    popped = drain(frontier)
+    assert urls(popped) == ["https://a.example/1", "https://a.example/2"]
+    assert popped[0] == Request("https://a.example/1")  # default fields
+
+
+def test_add_many_raises_for_a_bad_url_by_default_and_stores_nothing(
+    open_store: OpenFrontier,
+) -> None:
+    frontier = open_store()
+    with pytest.raises(crawlq.InvalidRequest, match="mailto"):
+        frontier.add_many(["https://a.example/1", "mailto:someone@a.example"])
+    assert len(frontier) == 0
+    assert frontier.stats().seen == 0
+    assert frontier.stats().skipped == 0
+
+
+def test_add_many_skips_invalid_requests_when_asked(open_store: OpenFrontier) -> None:
+    frontier = open_store()
+    frontier.add(Request("https://a.example/seen"))
+    batch: list[Request | str] = [
+        "javascript:void(0)",
+        "https://a.example/new",
+        "https://a.example/seen",
+        Request("https://a.example/meta", meta={"handle": object()}),
+        "/relative/path",
+        Request("https://a.example/slot", meta={"download_slot": ""}),
+        "https://a.example/new",
+        "tel:+100",
+    ]
+    added = frontier.add_many(batch, invalid="skip")
+    # None: skipped (never stored); False: a duplicate; True: added.
+    assert added == [None, True, False, None, None, None, False, None]
+    assert frontier.stats().skipped == 5
+    assert frontier.stats().seen == 2
+    assert urls(drain(frontier)) == ["https://a.example/seen", "https://a.example/new"]
+    # The count grows with each skip; a batch of only invalid ones stores nothing.
+    assert frontier.add_many(["mailto:x@a.example", ""], invalid="skip") == [None, None]
+    assert frontier.stats().skipped == 7
+    assert len(frontier) == 0
+
+
+def test_skipping_still_acks_and_keeps_given_fingerprints_aligned(
+    open_store: OpenFrontier,
+) -> None:
+    frontier = open_store()
+    frontier.add(Request("https://a.example/page"))
+    page = frontier.pop()
+    assert page is not None
+    fingerprints = [bytes([i]) * 16 for i in range(3)]
+    added = frontier.add_many(
+        ["https://a.example/x", "data:text/plain,hi", "https://a.example/y"],
+        fingerprints=fingerprints,
+        ack=page,
+        invalid="skip",
+    )
+    assert added == [True, None, True]
+    stats = frontier.stats()
+    assert (stats.queued, stats.leased, stats.skipped) == (2, 0, 1)
+    assert frontier.seen_many(fingerprints) == [True, False, True]
+
+
+def test_skipping_never_hides_a_wrong_type_or_option(open_store: OpenFrontier) -> None:
+    frontier = open_store()
+    with pytest.raises(crawlq.InvalidRequest, match=r"crawlq\.Request or a URL string"):
+        frontier.add_many([Request("https://a.example/"), 42], invalid="skip")  # type: ignore[list-item]
+    with pytest.raises(crawlq.InvalidRequest, match="'raise' or 'skip'"):
+        frontier.add_many(["https://a.example/"], invalid="drop")  # type: ignore[call-overload]
+    assert len(frontier) == 0
+
+
+def test_links_from_a_page_go_in_with_one_line_each(open_store: OpenFrontier) -> None:
+    frontier = open_store()
+    base = "https://a.example/dir/page.html"
+    hrefs = ["next.html", "#top", "mailto:x@a.example", "/", "//b.example/p", "http://[::1"]
+    links = [r for h in hrefs if (r := Request.from_link(h, base=base, depth=1)) is not None]
+    assert frontier.add_many(links) == [True, True, True]
+    assert urls(drain(frontier)) == [
+        "https://a.example/dir/next.html",
+        "https://a.example/",
+        "https://b.example/p",
+    ]
+
+
 # -- hardening: injection, length, meta round trip ----------------------------
 
 

@@ -77,3 +77,19 @@ async def test_waiting_get_sees_another_workers_add(redis_url: str) -> None:
             request = await asyncio.wait_for(getter, 3)
             assert request.url == "https://elsewhere.example/"
             scheduler.task_done(request)
+
+
+def test_inspect_of_a_crawl_that_does_not_exist_fails(redis_url: str) -> None:
+    result = runner.invoke(app, ["inspect", f"{redis_url}?crawl=never-made"])
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: no crawl named 'never-made' exists on ")
+    assert "Counts" not in result.stdout
+
+
+def test_a_url_without_a_crawl_name_is_said_to_mean_default(redis_url: str) -> None:
+    with crawlq.open_frontier(redis_url) as frontier:
+        frontier.add(crawlq.Request("https://a.example/"))
+    result = runner.invoke(app, ["inspect", redis_url])
+    assert result.exit_code == 0, result.output
+    assert "no ?crawl=NAME, so it means the crawl named 'default'" in result.stderr
+    assert runner.invoke(app, ["purge", "--yes", redis_url]).exit_code == 0

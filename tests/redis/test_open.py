@@ -8,6 +8,7 @@ import pytest
 
 import crawlq
 from crawlq.stores import _redis_conn
+from crawlq.stores import _redis_open as redis_open
 from crawlq.stores import redis as redis_store
 from tests.redis_server import StartServer
 
@@ -57,7 +58,7 @@ def test_other_databases_are_separate(redis_url: str) -> None:
 
 
 def test_server_too_old(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(redis_store, "server_version", lambda link: (6, 2, 14))
+    monkeypatch.setattr(redis_open, "server_version", lambda link: (6, 2, 14))
     with pytest.raises(crawlq.StoreError, match=r"version 6\.2\.14.*7\.0 or newer"):
         crawlq.open_frontier(redis_url + "?crawl=old")
 

@@ -463,7 +463,7 @@ def _comparable(request: scrapy.Request, spider: Spider) -> dict[str, Any]:
 
 
 @scenario
-def requests_survive_the_sqlite_job_exactly(tmp: Path) -> None:
+def requests_survive_the_sqlite_file_exactly(tmp: Path) -> None:
     jobdir = tmp / "job"
     scheduler, crawler = open_scheduler({"JOBDIR": str(jobdir)})
     originals = _odd_requests(crawler.spider)  # type: ignore[arg-type]

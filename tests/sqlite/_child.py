@@ -117,7 +117,7 @@ def _loop(job: str, log: str, run: int, seed: int, synchronous: str) -> None:
 
 def _die_creating(job: str) -> None:
     """SIGKILL this process inside the schema script of a new job's first open."""
-    from crawlq.stores import _sqlite_job
+    from crawlq.stores import _sqlite_file
 
     class Dying(sqlite3.Connection):
         def executescript(self, script: str) -> sqlite3.Cursor:
@@ -134,7 +134,7 @@ def _die_creating(job: str) -> None:
         def connect(*args: object, **kwargs: object) -> sqlite3.Connection:
             return real_connect(*args, factory=Dying, **kwargs)  # type: ignore[call-overload, no-any-return]
 
-    _sqlite_job.sqlite3 = PatchedSqlite3()  # type: ignore[assignment, attr-defined]
+    _sqlite_file.sqlite3 = PatchedSqlite3()  # type: ignore[assignment, attr-defined]
     crawlq.open_frontier(job)
     raise AssertionError("the job was opened without creating its schema")
 

@@ -22,7 +22,7 @@ import pytest
 import crawlq
 from crawlq._bloom import BloomFilter
 from crawlq.stores import _sqlite_bloom as sqlite_bloom
-from crawlq.stores import _sqlite_job
+from crawlq.stores import _sqlite_file
 
 from ._helpers import close_pipes, file_state, job_url, read_line, sigkill, spawn
 
@@ -147,7 +147,7 @@ def _other_sqlite(path: Path) -> None:
 def _newer_job(path: Path) -> None:
     make_job(path, 20)
     connection = sqlite3.connect(path)
-    connection.execute(f"PRAGMA user_version = {_sqlite_job.SCHEMA_VERSION + 1}")
+    connection.execute(f"PRAGMA user_version = {_sqlite_file.SCHEMA_VERSION + 1}")
     connection.close()
 
 

@@ -1,7 +1,7 @@
 """The ``crawlq demo`` command's machinery: a generated site, its server, a crawler.
 
 `run_demo` is the whole demo as one coroutine, for the CLI and for tests.
-Everything but ``site`` and ``report`` needs aiohttp (the ``crawlq[demo]``
+Everything but ``site``, ``report`` and ``command`` needs aiohttp (the ``crawlq[demo]``
 extra), so the names below are imported from ``run`` only when first used:
 importing this package alone does not import aiohttp.
 """

@@ -3,13 +3,18 @@
 Each worker takes a request with ``Scheduler.get`` (which waits for the next
 host that is ready under its delay and concurrency), fetches it, extracts the
 ``href`` attributes with a regular expression, resolves them with
-``urljoin``, and adds the page's children in one ``add_many`` at ``depth + 1``
-with a priority that falls with depth (shallow pages first). Only then is the
-request acked with ``task_done``, so ``join`` cannot return while its
-children are still unknown. A request whose crawl does not complete (the
-worker is cancelled because the crawl was stopped, or it fails) is released
-instead, not acked: it stays in the frontier, and a resumed crawl fetches it
-again.
+``Request.from_link`` (which drops ``mailto:`` and other links that are no
+page), and adds the page's children at ``depth + 1`` with a priority that
+falls with depth (shallow pages first) and the page's ack in one
+``add_many(children, ack=request)``: one durable step, so ``join`` cannot
+return while its children are still unknown. A request whose crawl does not
+complete (the worker is cancelled, or it fails) is released instead, not
+acked: it stays in the frontier, and a resumed crawl fetches it again.
+
+Stopping has two speeds: ``stop`` lets the requests in flight finish (workers
+waiting for a request are cancelled, the others finish their page, ack it and
+exit), so nothing is fetched twice after a resume; ``stop_now`` then cancels
+the rest, releasing their requests.
 
 A failed fetch (an HTTP error status, or a network error) is counted and acked
 like any other: crawlq only hands requests out and paces them; retrying is the
@@ -24,7 +29,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -34,7 +39,6 @@ from ..scheduler import Scheduler
 
 __all__ = ["Crawler"]
 
-_ABSOLUTE: Final = ("http://", "https://")
 _HREF: Final = re.compile(r"""href\s*=\s*["']([^"'<>\s]+)["']""", re.IGNORECASE)
 
 
@@ -67,6 +71,8 @@ class Crawler:
         self.duplicates = 0
         self.links = 0
         self.released = 0
+        self._stopping = False
+        self._busy: set[asyncio.Task[Any]] = set()
 
     def request(self, url: str, *, depth: int = 0) -> Request:
         """Return the request for ``url`` at ``depth``: priority ``-depth``, slot if any."""
@@ -76,27 +82,35 @@ class Crawler:
             meta = {"download_slot": slot} if slot is not None else None
         return Request(url, priority=-depth, depth=depth, meta=meta)
 
-    async def add(self, requests: Iterable[Request]) -> None:
-        """Add a batch with one ``add_many``, counting links and duplicates."""
-        added = await self.scheduler.add_many(requests)
+    async def add(self, requests: Iterable[Request], *, ack: Request | None = None) -> None:
+        """Add a batch (and ack ``ack``) with one ``add_many``, counting links and duplicates."""
+        added = await self.scheduler.add_many(requests, ack=ack)
         self.links += len(added)
         self.duplicates += added.count(False)
 
     async def run(
-        self, seeds: Iterable[str], *, workers: int, stop: asyncio.Event | None = None
+        self,
+        seeds: Iterable[str],
+        *,
+        workers: int,
+        stop: asyncio.Event | None = None,
+        stop_now: asyncio.Event | None = None,
     ) -> bool:
         """Crawl from ``seeds`` with ``workers`` workers until nothing is left, or ``stop``.
 
         Returns True when ``join`` does: the scheduler is then closed, so
         workers waiting in ``get`` get `SchedulerClosed` and exit. Returns
-        False if ``stop`` is set first: the workers are cancelled, each
-        releasing the request it was crawling, and the rest stays queued. If
-        a worker fails, the others are stopped and its exception is raised.
+        False if ``stop`` is set first: the requests in flight are finished
+        (fetched, their links added, acked), unless ``stop_now`` is set too,
+        which cancels their workers, each releasing its request; the rest
+        stays queued. If a worker fails, the others are stopped and its
+        exception (or the `WorkerFailed` of ``join``) is raised.
         """
         await self.add(self.request(url) for url in seeds)
         joiner = asyncio.create_task(self.scheduler.join())
         tasks = [asyncio.create_task(self._work()) for _ in range(workers)]
         stopper = asyncio.create_task(stop.wait()) if stop is not None else None
+        hurry = asyncio.create_task(stop_now.wait()) if stop_now is not None else None
         watched: list[asyncio.Task[Any]] = [joiner, *tasks]
         if stopper is not None:
             watched.append(stopper)
@@ -105,15 +119,15 @@ class Crawler:
             await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
             if stopper is not None and stopper.done() and not joiner.done():
                 finished = False
-                for task in tasks:
-                    task.cancel()
+                await self._wind_down(tasks, hurry)
         except BaseException:
             for task in watched:
                 task.cancel()
             raise
         finally:
-            if stopper is not None:
-                stopper.cancel()
+            for waiter in (stopper, hurry):
+                if waiter is not None:
+                    waiter.cancel()
             await self.scheduler.close()
             outcomes = await asyncio.gather(joiner, *tasks, return_exceptions=True)
         expected: tuple[type[BaseException], ...] = (SchedulerClosed,)
@@ -124,44 +138,72 @@ class Crawler:
                 raise outcome
         return finished
 
+    async def _wind_down(
+        self, tasks: list[asyncio.Task[Any]], hurry: asyncio.Task[Any] | None
+    ) -> None:
+        """Stop: cancel idle workers, let busy ones finish their page unless ``hurry`` ends."""
+        self._stopping = True
+        for task in tasks:
+            if task not in self._busy:
+                task.cancel()  # waiting in get(): nothing is lost
+        busy = [task for task in tasks if not task.done()]
+        if not busy:
+            return
+        everyone = asyncio.gather(*busy, return_exceptions=True)
+        waiting: list[asyncio.Future[Any]] = [everyone]
+        if hurry is not None:
+            waiting.append(hurry)
+        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        if not everyone.done():
+            for task in busy:
+                task.cancel()
+            await everyone
+
+    @property
+    def busy(self) -> int:
+        """Workers in the middle of a page."""
+        return len(self._busy)
+
     async def _work(self) -> None:
+        task = asyncio.current_task()
+        assert task is not None
         with contextlib.suppress(SchedulerClosed):
-            while True:
+            while not self._stopping:
                 request = await self.scheduler.get()
+                self._busy.add(task)
                 try:
-                    await self._crawl(request)
+                    children = await self._crawl(request)
+                    await self.add(children, ack=request)
                 except BaseException:
                     # Not done (cancelled, or failed): put it back, never ack it.
                     self.scheduler.release(request)
                     self.released += 1
                     raise
-                self.scheduler.task_done(request)
+                finally:
+                    self._busy.discard(task)
 
-    async def _crawl(self, request: Request) -> None:
-        """Fetch one request and add its children; count an error instead of raising."""
+    async def _crawl(self, request: Request) -> list[Request]:
+        """Fetch one request and return its children; count an error instead of raising."""
         try:
             async with self.session.get(request.url, allow_redirects=False) as response:
                 status = response.status
                 body = await response.text() if 200 <= status < 300 else ""
         except (aiohttp.ClientError, TimeoutError) as exc:
             self.errors[type(exc).__name__] += 1
-            return
+            return []
         self.fetched += 1
         if status >= 400:
             self.errors[str(status)] += 1
-            return
-        children = [
+            return []
+        return [
             self.request(url, depth=request.depth + 1) for url in self.links_of(request.url, body)
         ]
-        if children:
-            await self.add(children)
 
     def links_of(self, base: str, html: str) -> list[str]:
         """Return the http(s) links of ``html`` to allowed netlocs, resolved against ``base``."""
         urls = []
         for href in _HREF.findall(html):
-            url = href if href.startswith(_ABSOLUTE) else urljoin(base, href)
-            parts = urlsplit(url)
-            if parts.scheme in ("http", "https") and parts.netloc in self.allowed:
-                urls.append(url)
+            link = Request.from_link(href, base=base)
+            if link is not None and urlsplit(link.url).netloc in self.allowed:
+                urls.append(link.url)
         return urls

@@ -29,7 +29,7 @@ from typing import Any, BinaryIO, Final
 from .._errors import CrawlqError, JobLocked
 from .._frontier import Frontier
 from .._open import open_frontier
-from ..stores._sqlite_job import DATABASE_NAME, JobLock
+from ..stores._sqlite_file import DATABASE_NAME, JobLock
 from .site import PageKey
 
 __all__ = ["DemoJob", "DemoJobError", "Totals"]

@@ -22,7 +22,7 @@ from rich.table import Table
 if TYPE_CHECKING:
     from .run import DemoProgress, DemoResult
 
-__all__ = ["LiveProgress", "summary_table", "verdict"]
+__all__ = ["LiveProgress", "stopped_message", "summary_table", "verdict"]
 
 
 class LiveProgress:
@@ -91,6 +91,11 @@ def summary_table(result: DemoResult) -> Table:
         f"{result.fetched:,}",
         f"{result.site_pages:,} pages + {broken:,} broken links",
     )
+    table.add_row(
+        "Server's log",
+        f"{result.server_urls:,}",
+        f"URLs served, {result.server_fetches:,} fetches in all",
+    )
     if result.resumed or result.refetch_bound:
         table.add_row(
             "Re-fetched after resume",
@@ -120,6 +125,21 @@ def summary_table(result: DemoResult) -> Table:
         f"host_concurrency; server saw ≤ {busiest} at once",
     )
     return table
+
+
+def stopped_message(result: DemoResult) -> str:
+    """Return what a stopped run says: how far it got, by the job and by the server."""
+    put_back = (
+        f"{result.in_flight_at_stop:,} put back unfinished"
+        if result.in_flight_at_stop
+        else "the requests in flight finished"
+    )
+    return (
+        f"stopped: {result.fetched:,} of {result.expected_fetches:,} fetched "
+        f"(the server's log: {result.server_urls:,} URLs, {result.server_fetches:,} fetches), "
+        f"{result.queued:,} requests left in the job, {put_back}; "
+        "run the same command to resume (--fresh starts over)"
+    )
 
 
 def _hosts_note(result: DemoResult) -> str:

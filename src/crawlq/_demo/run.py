@@ -14,12 +14,14 @@ import asyncio
 import contextlib
 import os
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 import aiohttp
 
 from .._fingerprint import Fingerprinter
+from .._frontier import Frontier
 from ..scheduler import Scheduler
 from .crawler import Crawler
 from .job import DemoJob, DemoJobError, Totals
@@ -29,6 +31,10 @@ from .site import PageKey, Site, generate_site
 __all__ = ["DemoConfig", "DemoProgress", "DemoResult", "run_demo"]
 
 MAX_HOSTS = 250
+#: The pace ``crawlq demo`` crawls at unless given ``--fast``: slow enough
+#: (about half a minute for the default site) to watch it and press Ctrl-C.
+PACED_DELAY = 0.2
+PACED_LATENCY = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +75,7 @@ class DemoConfig:
 class DemoProgress:
     """A snapshot of a running crawl, for a progress display."""
 
-    #: Responses received, earlier runs of the job included.
+    #: Requests done (fetched and acked), earlier runs of the job included.
     fetched: int
     #: Fetches a complete crawl makes (site pages plus broken links).
     expected: int
@@ -78,7 +84,7 @@ class DemoProgress:
     seen: int
     #: Seconds since this run started.
     elapsed: float
-    #: Responses received by earlier runs of the job.
+    #: Requests done when this run started.
     fetched_before: int = 0
 
     @property
@@ -104,9 +110,11 @@ class DemoResult:
     #: Pages of the site, and distinct URLs a complete crawl fetches.
     site_pages: int
     expected_fetches: int
-    #: Responses the crawler received.
+    #: Requests done: fetched and acked, counted from the job's durable counts
+    #: (seen minus queued and leased), so a ``kill -9`` cannot make it lag.
     fetched: int
-    #: Failed fetches by kind (HTTP status or exception name).
+    #: Failed fetches by kind: HTTP statuses as the server's log tells them, and
+    #: the crawler's network errors (exception names).
     errors: dict[str, int]
     #: Links crawlq dropped as already seen (``add_many`` returned False).
     duplicates: int
@@ -140,6 +148,10 @@ class DemoResult:
     queued: int = 0
     #: True if the job was already complete: nothing was crawled this time.
     already_complete: bool = False
+    #: Lines of the server's fetch log (every fetch, repeats included), and
+    #: the distinct URLs in it.
+    server_fetches: int = 0
+    server_urls: int = 0
 
     @property
     def resumed(self) -> bool:
@@ -177,6 +189,7 @@ async def run_demo(
     job: str | os.PathLike[str] | None = None,
     fresh: bool = False,
     stop: asyncio.Event | None = None,
+    stop_now: asyncio.Event | None = None,
     on_progress: Callable[[DemoProgress], None] | None = None,
     progress_interval: float = 0.1,
     save_interval: float = 1.0,
@@ -187,7 +200,9 @@ async def run_demo(
     unfinished is resumed (same site, same URLs, its queued requests), one
     already complete is reported without crawling; ``fresh`` deletes the job
     first. Without ``job`` the frontier is in memory. Setting ``stop`` ends
-    the run early and cleanly: requests in flight are released, the job is
+    the run early and cleanly: requests in flight are finished (fetched,
+    their links added, acked) and no new one is started; setting
+    ``stop_now`` as well releases the requests in flight instead. The job is
     saved and closed, and the result has ``interrupted`` set.
 
     ``on_progress`` is called every ``progress_interval`` seconds during the
@@ -211,7 +226,7 @@ async def run_demo(
         if demo_job.complete:
             return _result(config, site, demo_job, demo_job.fetches, already_complete=True)
         return await _crawl(
-            config, site, demo_job, stop, on_progress, progress_interval, save_interval
+            config, site, demo_job, (stop, stop_now), on_progress, progress_interval, save_interval
         )
     finally:
         demo_job.close()
@@ -221,7 +236,7 @@ async def _crawl(
     config: DemoConfig,
     site: Site,
     demo_job: DemoJob,
-    stop: asyncio.Event | None,
+    stops: tuple[asyncio.Event | None, asyncio.Event | None],
     on_progress: Callable[[DemoProgress], None] | None,
     progress_interval: float,
     save_interval: float,
@@ -240,6 +255,7 @@ async def _crawl(
                 slots={n: n for n in server.netlocs} if server.single_address else None,
             )
             start = time.monotonic()
+            done_before = _done(frontier)
 
             def totals() -> Totals:
                 return demo_job.totals.plus(
@@ -253,13 +269,13 @@ async def _crawl(
             def snapshot() -> DemoProgress:
                 stats = scheduler.stats()
                 return DemoProgress(
-                    fetched=demo_job.totals.fetched + crawler.fetched,
+                    fetched=stats.seen - stats.queued - stats.in_flight,
                     expected=site.expected_fetches,
                     queued=stats.queued,
                     in_flight=stats.in_flight,
                     seen=stats.seen,
                     elapsed=time.monotonic() - start,
-                    fetched_before=demo_job.totals.fetched,
+                    fetched_before=done_before,
                 )
 
             async def report() -> None:
@@ -277,7 +293,9 @@ async def _crawl(
                 if not demo_job.is_seeded:
                     await crawler.add(crawler.request(url + "/") for url in server.base_urls)
                     demo_job.seeded()
-                finished = await crawler.run([], workers=config.workers, stop=stop)
+                finished = await crawler.run(
+                    [], workers=config.workers, stop=stops[0], stop_now=stops[1]
+                )
             finally:
                 for task in background:
                     task.cancel()
@@ -327,6 +345,12 @@ async def _serve(config: DemoConfig, site: Site, demo_job: DemoJob) -> AsyncIter
         await server.__aexit__(None, None, None)
 
 
+def _done(frontier: Frontier) -> int:
+    """Requests done (acked) in the job: every one seen is queued, leased or done."""
+    stats = frontier.stats()
+    return stats.seen - stats.queued - stats.leased
+
+
 async def _every(interval: float, action: Callable[[], Awaitable[None]]) -> None:
     while True:
         await asyncio.sleep(interval)
@@ -351,14 +375,21 @@ def _result(
     urls = base_urls if base_urls is not None else demo_job.base_urls or []
     totals = totals or demo_job.totals
     stats = demo_job.frontier.stats()
+    # HTTP errors as the server's log tells them; network errors as the crawler saw them.
+    errors = Counter({k: n for k, n in totals.errors.items() if not k.isdigit()})
+    for key in fetches:
+        if key in site.broken:
+            errors["404"] += 1
+        elif key in site.pages and site.pages[key].status != 200:
+            errors[str(site.pages[key].status)] += 1
     return DemoResult(
         config=config,
         base_urls=tuple(urls),
         single_address=demo_job.single_address if single_address is None else single_address,
         site_pages=len(site.pages),
         expected_fetches=site.expected_fetches,
-        fetched=totals.fetched,
-        errors=dict(sorted(totals.errors.items())),
+        fetched=stats.seen - stats.queued - stats.leased,
+        errors=dict(sorted(errors.items())),
         duplicates=totals.duplicates,
         links=totals.links,
         seen=stats.seen,
@@ -377,4 +408,6 @@ def _result(
         refetch_bound=demo_job.refetch_bound,
         queued=stats.queued + stats.leased,
         already_complete=already_complete,
+        server_fetches=sum(fetches.values()),
+        server_urls=sum(1 for n in fetches.values() if n),
     )

@@ -263,7 +263,7 @@ class Frontiers:
             source.in_flight -= 1
             self.handed_out -= 1
             self._count("crawlq/acked")
-        return added[0]
+        return bool(added[0])  # add_many is overloaded on invalid=; options are Any
 
     def _hold(self, creq: Request, fingerprint: bytes, start: bool, request: Any) -> bool:
         """Keep a new request for the next `flush`; False if it is a duplicate.

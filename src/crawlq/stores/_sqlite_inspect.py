@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any, Final
 
 from .._errors import StoreError
-from .._jobfile import HostReport, JobReport
+from .._exchange import HostReport, JobReport
 from .._request import Request, decode_request
 from .._version import __version__
-from ._sqlite_job import DATABASE_NAME, SCHEMA_VERSION, connect, job_path, translate
+from ._sqlite_file import DATABASE_NAME, SCHEMA_VERSION, connect, job_path, translate
 from ._sqlite_log import LogFold, fold
 
 __all__ = ["export", "inspect", "job_settings"]

@@ -61,24 +61,16 @@ from typing import Any, Final
 
 import msgspec
 
-from .._errors import CorruptStore, IncompatibleStore, StoreError
+from .._errors import CorruptStore, StoreError
 from .._fingerprint import Fingerprinter
 from .._lease import Lease, new_lease
 from .._policy import Policy
 from .._request import Request, decode_request, encode_request
 from ._redis_admin import Inspection, host_counts, inspect, purge
-from ._redis_config import RedisURL, Settings, bloom_shape, parse_url
-from ._redis_conn import (
-    MIN_SERVER,
-    Link,
-    acquire_client,
-    pack,
-    pack_args,
-    redis_module,
-    release_client,
-    server_version,
-)
+from ._redis_config import RedisURL, Settings, parse_url
+from ._redis_conn import Link, acquire_client, pack, pack_args, redis_module, release_client
 from ._redis_memory import evicting, eviction_refused, memory_fields
+from ._redis_open import check_server, open_crawl
 from .base import Entry, HostCount, StoreCounts
 
 __all__ = [
@@ -99,8 +91,6 @@ OPTIONS: Final = (
     "allow_eviction",
 )
 
-#: Layout version of a crawl's keys, stored in its meta hash.
-FORMAT: Final = 3
 _FINISH_CHUNK: Final = 1000
 _FAST_DRAIN: Final = 0.2  # seconds: a batch drained sooner lets the next one grow
 _ENTRY: Final = struct.Struct(">16sBiI")
@@ -208,96 +198,11 @@ class RedisStore:
     # -- opening --------------------------------------------------------------
 
     def _open(self, policy: Policy, fingerprinter: Fingerprinter, settings: Settings) -> None:
-        link = self._link
-        where = self._location.display
-        link.command(b"PING", doing="connecting", retry=False)
-        version = server_version(link)
-        if version < MIN_SERVER:
-            wanted = ".".join(map(str, MIN_SERVER))
-            raise StoreError(
-                f"Redis at {where} is version {'.'.join(map(str, version))}; crawlq needs "
-                f"Redis {wanted} or newer (for Redis Functions): upgrade the server or point "
-                "the URL at another"
-            )
-        fields = memory_fields(link)
-        policy_name = evicting(fields)
-        if policy_name is not None:
-            if not self._allow_eviction:
-                raise eviction_refused(where, policy_name, False)
-            log.warning(
-                "Redis at %s has maxmemory-policy %s: it may evict a crawl's keys when full, "
-                "losing requests (allowed by allow_eviction=True)",
-                where,
-                policy_name,
-            )
-        self._evicted = int(fields.get("evicted_keys") or 0)
-        link.load_library("loading crawlq's functions")
-        if settings.bloom_capacity is not None and settings.bloom_error_rate is not None:
-            bloom = bloom_shape(settings.bloom_capacity, settings.bloom_error_rate)
-            bloom_args = [
-                str(bloom[0]),
-                str(bloom[1]),
-                str(settings.bloom_capacity),
-                repr(settings.bloom_error_rate),
-            ]
-        else:
-            bloom_args = ["0", "0", "0", "0"]
-        stored = link.command(
-            b"FCALL",
-            link.library.function["open"],
-            1,
-            self._prefix,
-            str(FORMAT),
-            "1" if policy.lifo else "0",
-            *bloom_args,
-            "last_host_delay",
-            repr(policy.host_delay),
-            "last_host_concurrency",
-            str(policy.host_concurrency or 0),
-            "last_lease_timeout",
-            repr(policy.lease_timeout),
-            "last_prefetch",
-            str(settings.prefetch),
-            doing="opening the crawl",
-        )
-        values = [v.decode() if isinstance(v, bytes) else "" for v in stored]
-        self._check_stored(values, policy, bloom_args)
+        self._evicted = check_server(self._link, self._location.display, self._allow_eviction)
+        self._link.load_library("loading crawlq's functions")
+        dedup = open_crawl(self._link, self._location, policy, settings)
+        self._bloom_bits, self._bloom_hashes, self._bloom_capacity, self._bloom_rate = dedup
         self._self_check(fingerprinter)
-
-    def _check_stored(self, stored: list[str], policy: Policy, bloom_args: list[str]) -> None:
-        fmt, lifo, bits, hashes, capacity, rate = stored
-        crawl, where = self._location.crawl, self._location.display
-        if fmt != str(FORMAT):
-            newer = fmt.isdigit() and int(fmt) > FORMAT
-            raise IncompatibleStore(
-                f"crawl {crawl!r} at {where} uses key format {fmt or '?'}, "
-                + (
-                    "newer than this crawlq understands; upgrade crawlq"
-                    if newer
-                    else f"not crawlq's format {FORMAT}; use another crawl name"
-                )
-            )
-        if lifo != ("1" if policy.lifo else "0"):
-            raise IncompatibleStore(
-                f"crawl {crawl!r} at {where} was created with lifo={lifo == '1'}; open it with "
-                f"lifo={lifo == '1'}, or use another crawl name (?crawl=NAME)",
-                setting="lifo",
-            )
-        if bloom_args[0] != "0" and bloom_args[:2] != [bits, hashes]:
-            was = (
-                "exact dedup"
-                if bits == "0"
-                else f"bloom_capacity={capacity}, bloom_error_rate={rate}"
-            )
-            raise IncompatibleStore(
-                f"crawl {crawl!r} at {where} was created with {was}; its dedup cannot change: "
-                "open it with those settings (or none), or use another crawl name",
-                setting="dedup",
-            )
-        self._bloom_bits = int(bits or 0)
-        self._bloom_hashes = int(hashes or 0)
-        self._bloom_capacity = int(capacity or 0)
-        self._bloom_rate = float(rate or 0)
 
     def _self_check(self, fingerprinter: Fingerprinter) -> None:
         """Push a probe through add, pop and ack in scratch keys; compare fingerprints."""
@@ -314,7 +219,8 @@ class RedisStore:
             items = popped[2:]
             back = decode_request(items[3]) if len(items) == 4 else None
             if back is not None:
-                self._call(b"finish", 0, False, [b"a", b"1", items[0], items[1]], doing, prefix)
+                ack = [b"a", b"1", items[0], items[1]]
+                self._call(b"ack_or_release", 0, False, ack, doing, prefix)
         finally:
             keys = [b"meta", b"seen", b"hosts", b"ready", b"delayed", b"leases", b"lease", b"p"]
             keys.append(b"q:" + host.encode())
@@ -514,7 +420,7 @@ class RedisStore:
             force = bool(buffer) and (self._stale() or any(h in hosts for _, h in buffer))
             refill = len(buffer) if buffer else int(self._popping)
             extra = [mode, b"%d" % (len(chunk) // 2), *chunk]
-            self._call(b"finish", refill, force, extra, doing)
+            self._call(b"ack_or_release", refill, force, extra, doing)
 
     def ack(self, leases: Sequence[object]) -> None:
         self._finish(b"a", leases, "acking")
@@ -600,7 +506,7 @@ class RedisStore:
         """Give back unserved prefetched requests; shared data stays untouched."""
         try:
             if (self._buffer or self._lost is not None) and os.getpid() == self._pid:
-                self._call(b"finish", 0, True, [b"a", b"0"], "closing")
+                self._call(b"ack_or_release", 0, True, [b"a", b"0"], "closing")
                 self._buffer.clear()
             self._link.command(
                 b"HDEL", self._prefix + b"lease", b"@" + self._owner, doing="closing", retry=False

@@ -1,6 +1,6 @@
 """The SQLite store: a durable crawl job in one database file.
 
-Two layers live in the one database (see ``_sqlite_job.SCHEMA``):
+Two layers live in the one database (see ``_sqlite_file.SCHEMA``):
 
 - the **log** (``ops``, `_sqlite_log`): every ``add`` and ``ack`` appends one
   row and commits it before returning; it is the single ordered stream of
@@ -37,8 +37,7 @@ from .._policy import Board, Policy, Slot, order_key
 from .._request import Request, decode_request
 from . import _sqlite_log as log
 from ._sqlite_bloom import SeenFilter
-from ._sqlite_hosts import Host, Key, Row, load_hosts, revive
-from ._sqlite_job import (
+from ._sqlite_file import (
     Guard,
     JobLock,
     check_header,
@@ -48,6 +47,7 @@ from ._sqlite_job import (
     os_error,
     translate,
 )
+from ._sqlite_hosts import Host, Key, Row, load_hosts, revive
 from ._sqlite_leases import Leases
 from .base import Entry, HostCount, StoreCounts
 

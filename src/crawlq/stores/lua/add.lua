@@ -90,5 +90,5 @@ local function add(keys, args)
   if acked ~= nil and (best == nil or acked < best) then
     best = acked
   end
-  return finish(table.concat(flags), best)
+  return conclude(table.concat(flags), best)
 end

@@ -1,5 +1,5 @@
 -- crawlq's Redis function library, part 1: the data layout and what every
--- changing function (add.lua, pop.lua, finish.lua) shares. The Python side
+-- changing function (add.lua, pop.lua, ack_or_release.lua) shares. The Python side
 -- joins the parts into one library (FUNCTION LOAD), named after a hash of
 -- its source so different crawlq versions can share a server; its top level
 -- runs once at load, so a call pays only for its own work.
@@ -596,7 +596,7 @@ end
 -- back if this call may have changed what comes before them (a request at
 -- least as good as the last prefetched one became ready: `best` is the best
 -- such score), lease the refill, save, and remember the outcome for a retry.
-local function finish(flags, best)
+local function conclude(flags, best)
   local out, taken, records = { flags, 0 }, {}, {}
   give_back_lost()
   if NBUF > 0 then

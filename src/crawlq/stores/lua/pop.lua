@@ -3,5 +3,5 @@
 -- say how many to lease and which stale prefetched requests to give back.
 local function pop(keys, args)
   begin(keys, args)
-  return replayed() or finish('', nil)
+  return replayed() or conclude('', nil)
 end

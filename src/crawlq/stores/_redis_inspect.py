@@ -7,7 +7,8 @@ Redis store's `Inspection` into one. It imports redis-py through
 
 from __future__ import annotations
 
-from .._jobfile import HostReport, JobReport
+from .._errors import StoreError
+from .._exchange import HostReport, JobReport
 from ._redis_config import parse_url
 from .redis import inspect as inspect_crawl
 from .redis import purge
@@ -26,9 +27,15 @@ def inspect(url: str, *, top: int = 10) -> JobReport:
     """Read a Redis crawl's counts, busiest hosts, priorities and settings.
 
     Read-only; works while workers run. Raises `ConfigError` for a bad URL,
-    `StoreUnavailable` or `StoreError` when the server cannot be read.
+    `StoreError` when no crawl of that name exists, `StoreUnavailable` or
+    `StoreError` when the server cannot be read.
     """
     found = inspect_crawl(url, hosts=top)
+    if not found.exists:
+        raise StoreError(
+            f"no crawl named {found.crawl!r} exists on {found.url}; check the ?crawl=NAME "
+            "of the URL (without it, the crawl is the one named 'default')"
+        )
     counts = {
         "queued": found.queued,
         "leased (all workers, prefetched included)": found.leased,
@@ -38,8 +45,6 @@ def inspect(url: str, *, top: int = 10) -> JobReport:
     settings = {"crawl": found.crawl, "server": found.server_version, "dedup": found.dedup}
     settings.update(found.settings)
     notes = []
-    if not found.exists:
-        notes.append(f"no crawl named {found.crawl!r} exists on this server")
     if found.leases_by_owner:
         owners = ", ".join(f"{owner}: {n:,}" for owner, n in found.leases_by_owner.items())
         notes.append(f"leases by worker: {owners}")

@@ -11,5 +11,5 @@ local function ack_or_release(keys, args)
   if args[ARG0 + 1] == 'r' then
     how = 'release'
   end
-  return finish('', end_leases(ARG0 + 3, tonumber(args[ARG0 + 2]), how))
+  return conclude('', end_leases(ARG0 + 3, tonumber(args[ARG0 + 2]), how))
 end

@@ -142,6 +142,11 @@ class JobLock:
             holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
             os.close(fd)
             job = self.path.with_suffix("")
+            if holder == str(os.getpid()):
+                raise JobLocked(
+                    f"job {job} is already open in this process (pid {holder}); use the "
+                    "frontier that has it open, or close it first (frontier.close())"
+                ) from None
             raise JobLocked(
                 f"job {job} is locked by pid {holder}; stop that crawl or use another job path"
             ) from None

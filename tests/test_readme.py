@@ -1,0 +1,191 @@
+"""Every code sample in README.md runs, and the CLI synopsis lists every option.
+
+Python blocks are run in a fresh directory, section by section. A line that is
+an expression followed by a comment starting with a Python literal
+(``frontier.add(r)  # True``, ``... # [False, True]: ...``) is checked: the
+expression must equal the literal. Blocks that name places that do not exist
+here (``/var/crawls``, ``redis://...@host``) run with those swapped for a
+temporary path and the test redis-server. The asyncio block is an excerpt of
+``examples/crawl.py``, which tests/test_example_crawl.py runs: it must appear
+there word for word.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import typer.main
+
+import crawlq
+from crawlq.cli import app
+
+ROOT = Path(__file__).parent.parent
+README = (ROOT / "README.md").read_text()
+EXAMPLE = (ROOT / "examples" / "crawl.py").read_text()
+
+
+def blocks(language: str) -> list[tuple[str, str]]:
+    """``(section title, code)`` of every fenced block in ``language``, in order."""
+    found = []
+    section = ""
+    lines = iter(README.splitlines())
+    for line in lines:
+        if line.startswith("## "):
+            section = line[3:].strip()
+        elif line.startswith("```"):
+            code = []
+            for inner in lines:
+                if inner.strip() == "```":
+                    break
+                code.append(inner)
+            if line[3:].strip() == language:
+                found.append((section, "\n".join(code) + "\n"))
+    return found
+
+
+PYTHON = blocks("python")
+
+
+def checked(code: str) -> tuple[str, int]:
+    """``code`` with each ``expression  # literal`` line turned into a recorded check."""
+    out = []
+    checks = 0
+    for line in code.splitlines():
+        match = re.match(r"^(\s*)(\S.*?)\s+#\s*(.+)$", line)
+        if match:
+            indent, expression, comment = match.groups()
+            literal = re.split(r":\s", comment, maxsplit=1)[0].strip()
+            try:
+                expected = ast.literal_eval(literal)
+                ast.parse(expression, mode="eval")
+            except (ValueError, SyntaxError):
+                pass
+            else:
+                # Recorded, not asserted: an ``except Exception`` around it
+                # in the sample must not swallow the check.
+                out.append(f"{indent}__check__({expression!r}, ({expression}), {expected!r})")
+                checks += 1
+                continue
+        out.append(line)
+    return "\n".join(out) + "\n", checks
+
+
+@pytest.fixture
+def in_tmp(tmp_path: Path) -> Iterator[Path]:
+    before = Path.cwd()
+    os.chdir(tmp_path)
+    try:
+        yield tmp_path
+    finally:
+        os.chdir(before)
+
+
+def run(code: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, object]:
+    """Run ``code``; every frontier it opened is closed afterwards."""
+    opened: list[crawlq.Frontier] = []
+    real = crawlq.open_frontier
+
+    def open_frontier(*args: object, **options: object) -> crawlq.Frontier:
+        frontier = real(*args, **options)  # type: ignore[arg-type]
+        opened.append(frontier)
+        return frontier
+
+    mismatches: list[str] = []
+    ran: list[str] = []
+
+    def check(expression: str, value: object, expected: object) -> None:
+        ran.append(expression)
+        if value != expected:
+            mismatches.append(f"{expression} is {value!r}, not {expected!r}")
+
+    monkeypatch.setattr(crawlq, "open_frontier", open_frontier)
+    namespace: dict[str, object] = {"__name__": "readme", "__check__": check}
+    try:
+        exec(compile(code, "README.md", "exec"), namespace)
+    finally:
+        for frontier in opened:
+            frontier.close()
+        monkeypatch.undo()
+    assert mismatches == []
+    assert len(ran) == code.count("__check__(")
+    return namespace
+
+
+def test_every_python_block_is_covered() -> None:
+    sections = {section for section, _ in PYTHON}
+    assert sections == {
+        "The frontier (synchronous core)",
+        "Durable jobs (SQLite)",
+        "asyncio",
+        "Using crawlq with Scrapy",
+        "Redis: many crawler processes, one frontier",
+    }, "a new README section has Python code: run it in this file"
+
+
+def test_the_frontier_block_runs_and_its_results_hold(
+    in_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (code,) = [code for section, code in PYTHON if section.startswith("The frontier")]
+    code, checks = checked(code)
+    assert checks >= 6
+    namespace = run(code, monkeypatch)
+    assert isinstance(namespace["frontier"], crawlq.Frontier)
+    assert namespace["frontier"].closed
+
+
+def test_the_durable_jobs_block_runs(in_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (code,) = [code for section, code in PYTHON if section.startswith("Durable jobs")]
+    assert "sqlite:////var/crawls/shop.db" in code
+    code = code.replace("sqlite:////var/crawls/", f"sqlite:///{in_tmp}/var-crawls-")
+    run(f"import crawlq\n{code}", monkeypatch)
+    assert (in_tmp / "crawls" / "shop-1" / "crawlq.db").exists()
+    assert (in_tmp / "crawls" / "shop-1.db").exists()
+    assert (in_tmp / "var-crawls-shop.db").exists()
+
+
+def test_the_redis_block_runs_against_a_real_server(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (code,) = [code for section, code in PYTHON if section.startswith("Redis")]
+    assert "redis://user:pass@host:6379/0?crawl=shop" in code
+    code = code.replace("redis://user:pass@host:6379/0", redis_url)
+    namespace = run(f"import crawlq\n{code}", monkeypatch)
+    assert isinstance(namespace["frontier"], crawlq.Frontier)
+
+
+def test_the_scrapy_block_names_the_scheduler(monkeypatch: pytest.MonkeyPatch) -> None:
+    (code,) = [code for section, code in PYTHON if section.startswith("Using crawlq with Scrapy")]
+    namespace = run(code, monkeypatch)
+    module, _, name = str(namespace["SCHEDULER"]).rpartition(".")
+    assert getattr(__import__(module, fromlist=[name]), name) is not None
+
+
+def test_the_asyncio_block_is_the_example_file_word_for_word() -> None:
+    (code,) = [code for section, code in PYTHON if section == "asyncio"]
+    assert "async def crawl(" in code
+    assert code in EXAMPLE
+
+
+def test_the_cli_synopsis_lists_every_command_and_option() -> None:
+    (synopsis,) = [code for section, code in blocks("") if section == "Command line"]
+    group = typer.main.get_command(app)
+    listed: dict[str, set[str]] = {}
+    for line in synopsis.splitlines():
+        words = line.split("#")[0].split()
+        if len(words) >= 2 and words[0] == "crawlq" and not words[1].startswith("-"):
+            listed[words[1]] = {w.strip("[]|.") for w in words[2:] if w.strip("[").startswith("--")}
+    commands = group.commands  # type: ignore[attr-defined]
+    assert set(listed) == set(commands)
+    for name, command in commands.items():
+        options = {
+            opt
+            for param in command.params
+            for opt in (*param.opts, *param.secondary_opts)
+            if opt.startswith("--")
+        }
+        assert listed[name] == options, name
