@@ -214,7 +214,8 @@ def download_slots_follow_the_downloader(tmp: Path) -> None:
 
 @scenario
 def in_flight_is_capped_by_concurrent_requests(tmp: Path) -> None:
-    scheduler, crawler = open_scheduler({"CONCURRENT_REQUESTS": 3})
+    # With a durable store: the cap bounds the re-fetches after a kill.
+    scheduler, crawler = open_scheduler({"CONCURRENT_REQUESTS": 3, "JOBDIR": str(tmp / "job")})
     for n in range(10):
         scheduler.enqueue_request(scrapy.Request(f"http://h{n}.example/"))
     handed = [scheduler.next_request() for _ in range(3)]
@@ -222,6 +223,114 @@ def in_flight_is_capped_by_concurrent_requests(tmp: Path) -> None:
     finish(crawler, handed[0])
     assert scheduler.next_request() is not None
     scheduler.close("shutdown")
+
+
+@scenario
+def in_memory_only_the_engine_caps_what_is_in_flight(tmp: Path) -> None:
+    # Nothing is fetched again after a kill: requests go out when Scrapy's
+    # own scheduler would hand them out (the engine backs out by itself).
+    scheduler, _ = open_scheduler({"CONCURRENT_REQUESTS": 3})
+    for n in range(10):
+        scheduler.enqueue_request(scrapy.Request(f"http://h{n}.example/"))
+    handed = [scheduler.next_request() for _ in range(10)]
+    assert all(handed) and scheduler.next_request() is None
+    scheduler.close("shutdown")
+    capped, crawler = open_scheduler({"CONCURRENT_REQUESTS": 3, "CRAWLQ_MAX_IN_FLIGHT": 2})
+    for n in range(10):
+        capped.enqueue_request(scrapy.Request(f"http://h{n}.example/"))
+    handed = [capped.next_request() for _ in range(2)]
+    assert all(handed) and capped.next_request() is None
+    finish(crawler, handed[0])
+    assert capped.next_request() is not None
+    capped.close("shutdown")
+
+
+@scenario
+def df_answers_from_the_job_and_its_marks_refuse_requests(tmp: Path) -> None:
+    from scrapy.dupefilters import RFPDupeFilter
+
+    jobdir = tmp / "job"
+    scheduler, crawler = open_scheduler({"JOBDIR": str(jobdir)})
+    assert isinstance(scheduler.df, RFPDupeFilter)
+    assert scheduler.enqueue_request(scrapy.Request("http://a.example/1"))
+    assert scheduler.df.request_seen(scrapy.Request("http://a.example/1"))
+    # A request only asked about is remembered: the scheduler refuses it too.
+    assert not scheduler.df.request_seen(scrapy.Request("http://a.example/2"))
+    assert scheduler.df.request_seen(scrapy.Request("http://a.example/2"))
+    assert not scheduler.enqueue_request(scrapy.Request("http://a.example/2"))
+    assert stat(crawler, "dupefilter/filtered") == 1
+    scheduler.close("shutdown")
+    # Resumed: the job's seen set answers; no Scrapy requests.seen file is written.
+    resumed, _ = open_scheduler({"JOBDIR": str(jobdir)})
+    assert resumed.df.request_seen(scrapy.Request("http://a.example/1"))
+    assert not resumed.df.request_seen(scrapy.Request("http://a.example/3"))
+    resumed.close("finished")
+    assert not (jobdir / "requests.seen").exists()
+
+
+class NoNumbersDupeFilter:
+    """A DUPEFILTER_CLASS that refuses URLs ending in a digit, and logs what it refuses."""
+
+    logged: list[str] = []  # noqa: RUF012
+
+    def request_seen(self, request: scrapy.Request) -> bool:
+        return request.url[-1].isdigit()
+
+    def open(self) -> None:
+        pass
+
+    def close(self, reason: str) -> None:
+        pass
+
+    def log(self, request: scrapy.Request, spider: Any) -> None:
+        self.logged.append(request.url)
+
+
+@scenario
+def another_dupefilter_class_decides(tmp: Path) -> None:
+    scheduler, _ = open_scheduler(
+        {"DUPEFILTER_CLASS": NoNumbersDupeFilter, "JOBDIR": str(tmp / "job")}
+    )
+    assert isinstance(scheduler.df, NoNumbersDupeFilter)
+    assert not scheduler.enqueue_request(scrapy.Request("http://a.example/1"))
+    assert NoNumbersDupeFilter.logged == ["http://a.example/1"]
+    # It lets identical requests through: the frontier keeps both.
+    assert scheduler.enqueue_request(scrapy.Request("http://a.example/x"))
+    assert scheduler.enqueue_request(scrapy.Request("http://a.example/x"))
+    assert scheduler.enqueue_request(scrapy.Request("http://a.example/1", dont_filter=True))
+    assert len(scheduler) == 3
+    scheduler.close("finished")
+
+
+@scenario
+def scheduler_built_directly_like_scrapys(tmp: Path) -> None:
+    from scrapy.dupefilters import BaseDupeFilter
+
+    crawler = make_crawler()
+    jobdir = tmp / "direct"
+    scheduler = Scheduler(BaseDupeFilter(), jobdir=str(jobdir), crawler=crawler)
+    scheduler.open(crawler.spider)
+    assert scheduler.enqueue_request(scrapy.Request("http://a.example/1"))
+    scheduler.close("shutdown")
+    assert (jobdir / "crawlq.db").exists()
+    assert Scheduler(BaseDupeFilter()).crawler is None
+
+
+@scenario
+def lifo_start_queue_sends_start_requests_newest_first(tmp: Path) -> None:
+    settings = {
+        "CONCURRENT_REQUESTS_PER_DOMAIN": 0,
+        "SCHEDULER_START_MEMORY_QUEUE": "scrapy.squeues.LifoMemoryQueue",
+    }
+    scheduler, crawler = open_scheduler(settings)
+    for n in (1, 2, 3):
+        scheduler.enqueue_request(
+            scrapy.Request(f"http://a.example/s{n}", meta={"is_start_request": True})
+        )
+    scheduler.enqueue_request(scrapy.Request("http://a.example/n"))
+    order = [r.url.rsplit("/", 1)[1] for r in drain(scheduler, crawler)]
+    assert order == ["n", "s3", "s2", "s1"], order
+    scheduler.close("finished")
 
 
 @scenario

@@ -31,7 +31,7 @@ from .._errors import ConfigError
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
-__all__ = ["EngineHook"]
+__all__ = ["EngineHook", "hookable", "running_engine"]
 
 logger = logging.getLogger("crawlq.contrib.scrapy")
 
@@ -45,6 +45,26 @@ def _call_later(delay: float, func: Callable[[], None]) -> Any:
 
         return cast(Any, reactor).callLater(delay, func)
     return call_later(delay, func)
+
+
+def running_engine(crawler: Crawler) -> Any:
+    """The crawler's engine, or None outside a crawl (Scrapy >= 2.14 raises for it)."""
+    try:
+        return crawler.engine
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def hookable(engine: Any) -> bool:
+    """Whether `EngineHook` can learn from ``engine`` when a request is finished.
+
+    False for a stand-in engine without a slot (as in Scrapy's own tests);
+    for Scrapy's ``ExecutionEngine`` `EngineHook` then raises `ConfigError`.
+    """
+    from scrapy.core.engine import ExecutionEngine
+
+    slot = getattr(engine, "_slot", None)
+    return isinstance(engine, ExecutionEngine) or callable(getattr(slot, "remove_request", None))
 
 
 class EngineHook:

@@ -25,9 +25,11 @@ Order
     ``2 * p`` for start requests, with ``p`` clamped to ``[-2**30, 2**30 - 1]``
     so the result fits crawlq's 32-bit range (the payload keeps the exact
     value). Within a crawlq priority, the frontier's order applies (FIFO or
-    LIFO, ``CRAWLQ_LIFO``), except that start requests are always added FIFO
-    (``add_many(..., lifo=False)``): they come out in the order they were
-    yielded, as from Scrapy's start queues.
+    LIFO, ``CRAWLQ_LIFO``), except that start requests are added in the order
+    of their start queue class (``SCHEDULER_START_DISK_QUEUE`` or
+    ``SCHEDULER_START_MEMORY_QUEUE``, ``add_many(..., lifo=)``): by default
+    FIFO, so they come out in the order they were yielded, as from Scrapy's
+    start queues; newest first with a Lifo class.
 
 Acknowledgements
     A request handed to the engine is leased. It is acknowledged once the
@@ -78,8 +80,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Frontiers", "crawlq_priority"]
 
-#: A request held for the next flush: (crawlq request, fingerprint, added
-#: FIFO apart from CRAWLQ_LIFO, the Scrapy request).
+#: A request held for the next flush: (crawlq request, fingerprint, a start
+#: request added in its start queue's order apart from CRAWLQ_LIFO, the
+#: Scrapy request).
 _Pending = tuple[Request, bytes, bool, Any]
 
 _SLOT: Final = "download_slot"
@@ -168,7 +171,9 @@ class Frontiers:
         self._batching = config.durable and not config.shared
         self._pending: list[_Pending] = []
         self._pending_keys: set[bytes] = set()
-        self._fifo_starts = config.lifo and config.start_requests_apart
+        # Start requests are added in their start queue's order where it
+        # differs from the crawl's (``add_many(..., lifo=)``).
+        self._starts_apart = config.start_requests_apart and config.start_lifo != config.lifo
         self._tokens = 0
         # Tokens of an earlier run name request objects that are gone.
         self._run = int.from_bytes(os.urandom(6), "big")
@@ -185,6 +190,18 @@ class Frontiers:
         if self.local is None:
             return queued
         return queued + self.local.pending()
+
+    def seen(self, fingerprint: bytes) -> bool:
+        """Whether a request with ``fingerprint`` was added (held, stored or in memory)."""
+        if fingerprint in self._pending_keys:
+            return True
+        for source in (self.main, self.local):
+            frontier = None if source is None else source.frontier
+            if frontier is None or frontier.closed:
+                continue
+            if frontier.seen_many((fingerprint,))[0]:
+                return True
+        return False
 
     # -- adding ---------------------------------------------------------------------
 
@@ -230,8 +247,8 @@ class Frontiers:
         if self._batching and source is self.main and not self.failed:
             return self._hold(creq, fingerprint, start, request)
         options: dict[str, Any] = {}
-        if start and self._fifo_starts:
-            options["lifo"] = False
+        if start and self._starts_apart:
+            options["lifo"] = self.config.start_lifo
         parent = None
         if self._unacked and source is self.main:
             # A finished request's ack commits with this add, after it.
@@ -259,7 +276,7 @@ class Frontiers:
             if fingerprint in self._pending_keys:
                 return False
             self._pending_keys.add(fingerprint)
-        self._pending.append((creq, fingerprint, start and self._fifo_starts, request))
+        self._pending.append((creq, fingerprint, start and self._starts_apart, request))
         # Written at once when no request is in flight and it is not a start
         # request (nothing would yield it again after a kill), or when many wait.
         if (not self.handed_out and not start) or len(self._pending) >= _HOLD_MAX:
@@ -470,7 +487,7 @@ class Frontiers:
                     [held[0] for held in run],
                     fingerprints=[held[1] for held in run],
                     ack=unacked if run is runs[-1] else None,
-                    lifo=False if run[0][2] else None,
+                    lifo=self.config.start_lifo if run[0][2] else None,
                 )
                 pending = pending[len(run) :]
             if not runs:

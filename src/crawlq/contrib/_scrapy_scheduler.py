@@ -24,13 +24,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Self
 
 from scrapy.core.scheduler import BaseScheduler
+from scrapy.dupefilters import RFPDupeFilter
+from scrapy.settings import Settings
+from scrapy.utils.httpobj import urlparse_cached
+from scrapy.utils.job import job_dir
+from scrapy.utils.misc import build_from_crawler, load_object
 
 from .._errors import ConfigError, IncompatibleStore, StoreError
 from .._fingerprint import Fingerprinter
 from .._frontier import Frontier
 from .._open import open_frontier
+from ._scrapy_bookkeeping import Counts, RecentlySeen
 from ._scrapy_codec import RequestCodec, Unserializable
-from ._scrapy_engine import EngineHook
+from ._scrapy_dupefilter import DupeFilter
+from ._scrapy_engine import EngineHook, hookable, running_engine
 from ._scrapy_frontiers import Frontiers
 from ._scrapy_settings import SchedulerConfig
 
@@ -47,66 +54,6 @@ _NO_HOST_SLOT: Final = "(no host)"
 _NO_FINGERPRINT: Final = bytes(16)
 
 
-class _RecentlySeen:
-    """The last `SIZE` fingerprints known to be recorded as seen by the store.
-
-    Most requests a crawl enqueues are links to pages it has already met:
-    a hit here refuses such a duplicate without building, encoding or
-    looking anything up in the store (a disk read for a SQLite job). It is
-    exact: a fingerprint enters only once the store has recorded it, and a
-    store never forgets one. About 7 MB at its size.
-    """
-
-    SIZE: Final = 65_536
-
-    __slots__ = ("_keys",)
-
-    def __init__(self) -> None:
-        self._keys: dict[bytes, None] = {}
-
-    def __contains__(self, fingerprint: bytes) -> bool:
-        return fingerprint in self._keys
-
-    def add(self, fingerprint: bytes) -> None:
-        keys = self._keys
-        if len(keys) >= self.SIZE:
-            del keys[next(iter(keys))]  # the oldest: dicts keep insertion order
-        keys[fingerprint] = None
-
-
-class _Counts:
-    """Scrapy stats incremented in batches.
-
-    Each ``crawler.stats.inc_value`` call goes through Scrapy's deprecation
-    wrappers; on the hot path the scheduler adds to plain ints here instead
-    and hands them to the stats collector every `EVERY` increments and at
-    close, so the stats lag by at most that many operations.
-    """
-
-    EVERY: Final = 256
-
-    __slots__ = ("_pending", "_stats", "counts")
-
-    def __init__(self, stats: Any) -> None:
-        self._stats = stats
-        self.counts: dict[str, int] = {}
-        self._pending = 0
-
-    def add(self, key: str) -> None:
-        counts = self.counts
-        counts[key] = counts.get(key, 0) + 1
-        self._pending += 1
-        if self._pending >= self.EVERY:
-            self.flush()
-
-    def flush(self) -> None:
-        inc = self._stats.inc_value
-        for key, count in self.counts.items():
-            inc(key, count)
-        self.counts = {}
-        self._pending = 0
-
-
 class Scheduler(BaseScheduler):
     """crawlq as Scrapy's scheduler: ``SCHEDULER = "crawlq.contrib.scrapy.Scheduler"``.
 
@@ -114,12 +61,27 @@ class Scheduler(BaseScheduler):
     engine is acknowledged only once the engine is done with it and every
     request it produced is stored, in the same commit or an earlier one, so
     Ctrl-C or ``kill -9`` followed by the same command resumes with nothing
-    lost (see ``_scrapy_frontiers`` for when writes happen). Deduplicates
-    with ``crawler.request_fingerprinter`` (``dont_filter`` skips it),
-    orders by Scrapy priority with Scrapy's start-request rule, and paces
-    each download slot with ``DOWNLOAD_DELAY`` and
+    lost (see ``_scrapy_frontiers`` for when writes happen). Orders by
+    Scrapy priority with Scrapy's start-request rule, and paces each
+    download slot with ``DOWNLOAD_DELAY`` and
     ``CONCURRENT_REQUESTS_PER_DOMAIN``. The settings are listed in
     ``crawlq.contrib.scrapy``.
+
+    Duplicates: ``scheduler.df`` is the dupefilter, as in Scrapy's
+    scheduler. With the default ``DUPEFILTER_CLASS`` it is a
+    `DupeFilter` (an ``RFPDupeFilter``) and crawlq deduplicates with
+    ``crawler.request_fingerprinter`` in the frontier's seen set, which a
+    durable store keeps with the job; ``df.request_seen`` answers from that
+    set. With another class, that class decides (``df.request_seen``, then
+    ``df.log``), as in Scrapy, and the frontier keeps every request it lets
+    through. ``dont_filter`` skips both.
+
+    The constructor takes the arguments of Scrapy's scheduler; ``jobdir``
+    and ``logunser`` win over ``JOBDIR`` and ``SCHEDULER_DEBUG``, ``dqclass``
+    and ``mqclass`` over ``SCHEDULER_DISK_QUEUE`` and
+    ``SCHEDULER_MEMORY_QUEUE`` (which pick FIFO or LIFO), and ``pqclass`` is
+    not used. Opened with no engine at all (a test, say), it gives each
+    request up for good as it hands it out, as Scrapy's scheduler does.
 
     ``DOWNLOAD_DELAY`` is the least gap crawlq leaves between two requests of
     a slot; Scrapy's downloader still adds its jitter (``DOWNLOAD_DELAY_JITTER``
@@ -145,25 +107,65 @@ class Scheduler(BaseScheduler):
     cannot be opened; the crawl then stops before any request is fetched.
     """
 
-    def __init__(self, crawler: Crawler, config: SchedulerConfig) -> None:
+    def __init__(
+        self,
+        dupefilter: Any,
+        jobdir: str | None = None,
+        dqclass: type | None = None,
+        mqclass: type | None = None,
+        logunser: bool = False,
+        stats: Any = None,
+        pqclass: type | None = None,
+        crawler: Crawler | None = None,
+    ) -> None:
+        settings = Settings(crawler.settings.copy_to_dict() if crawler is not None else None)
+        overrides: dict[str, Any] = {"JOBDIR": jobdir, "SCHEDULER_DEBUG": logunser}
+        if dqclass is not None:
+            overrides["SCHEDULER_DISK_QUEUE"] = dqclass
+        if mqclass is not None:
+            overrides["SCHEDULER_MEMORY_QUEUE"] = mqclass
+        settings.setdict(overrides, priority="cmdline")
+        self.config = SchedulerConfig.from_settings(settings)
+        if jobdir:
+            Path(jobdir).mkdir(parents=True, exist_ok=True)  # as Scrapy's scheduler does
         self.crawler = crawler
-        self.config = config
-        self.stats = crawler.stats
-        self._counts = _Counts(crawler.stats)
+        self.df = dupefilter
+        # The default dupefilter: crawlq deduplicates in the frontier.
+        self._dedup = isinstance(dupefilter, DupeFilter)
+        if stats is None and crawler is not None:
+            stats = crawler.stats
+        self.stats = stats
+        self._counts = Counts(stats)
         self._count = self._counts.add
         self.spider: scrapy.Spider | None = None
         self._frontiers: Frontiers | None = None
         self._hook: EngineHook | None = None
+        self._in_engine = False
         self._log_unserializable = True
-        self._log_duplicate = True
         self._log_lost = True
         self._failed: StoreError | None = None
-        self._recent = _RecentlySeen()
+        self._recent = RecentlySeen()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        """Build the scheduler from the crawler's settings; raise `ConfigError` for a bad one."""
-        return cls(crawler, SchedulerConfig.from_crawler(crawler))
+        """Build the scheduler from the crawler's settings; raise `ConfigError` for a bad one.
+
+        ``DUPEFILTER_CLASS`` is built with ``build_from_crawler``; Scrapy's
+        default ``RFPDupeFilter`` becomes crawlq's `DupeFilter`.
+        """
+        settings = crawler.settings
+        dupefilter_cls = load_object(settings["DUPEFILTER_CLASS"])
+        if dupefilter_cls is RFPDupeFilter:
+            dupefilter_cls = DupeFilter
+        return cls(
+            dupefilter=build_from_crawler(dupefilter_cls, crawler),
+            jobdir=job_dir(settings),
+            dqclass=load_object(settings["SCHEDULER_DISK_QUEUE"]),
+            mqclass=load_object(settings["SCHEDULER_MEMORY_QUEUE"]),
+            logunser=settings.getbool("SCHEDULER_DEBUG"),
+            stats=crawler.stats,
+            crawler=crawler,
+        )
 
     # -- opening and closing ------------------------------------------------------
 
@@ -174,12 +176,30 @@ class Scheduler(BaseScheduler):
             raise RuntimeError("the scheduler is not open")
         return self._frontiers.main.frontier
 
-    def open(self, spider: scrapy.Spider) -> None:
-        """Open the store, resume what it holds, and attach to the engine."""
+    def open(self, spider: scrapy.Spider) -> Any:
+        """Open the store, resume what it holds, attach to the engine, open the dupefilter.
+
+        Returns what the dupefilter's ``open()`` returns.
+        """
         self.spider = spider
         crawler = self.crawler
-        self._fingerprint = crawler.request_fingerprinter.fingerprint
-        self._slot_key = crawler.engine.downloader.get_slot_key
+        if crawler is None:
+            crawler = self.crawler = getattr(spider, "crawler", None)
+        if crawler is None:
+            raise ConfigError(
+                "crawlq.contrib.scrapy.Scheduler needs a crawler: build it with "
+                "Scheduler.from_crawler(crawler) or pass crawler=, or open it with a "
+                "spider made by Spider.from_crawler"
+            )
+        if self.stats is None:
+            self.stats = crawler.stats
+            self._counts.stats = crawler.stats
+        if self._dedup:
+            self._fingerprint = self.df.fingerprinter.fingerprint
+        engine = running_engine(crawler)
+        downloader = getattr(engine, "downloader", None)
+        self._slot_key = downloader.get_slot_key if downloader is not None else _slot_key
+        self._in_engine = engine is not None
         config = self.config
         self._warn_about_settings()
         host_delay = config.host_delay
@@ -189,13 +209,18 @@ class Scheduler(BaseScheduler):
             host_delay = float(getattr(spider, "download_delay", host_delay))
         store = self._open(config.url, host_delay)
         try:
-            self._hook = EngineHook(crawler, self._finished)
+            # A stand-in engine without a slot (as in Scrapy's own tests)
+            # reports no finished requests: they stay leased until close.
+            if engine is not None and hookable(engine):
+                self._hook = EngineHook(crawler, self._finished)
         except BaseException:
             store.close()
             raise
         self._frontiers = Frontiers(
             store, config, RequestCodec(spider), self._count, self._dropped, self._store_failed
         )
+        if self._dedup:
+            self.df.attach(self._seen, self._count)
         resumed = len(store)
         if resumed:
             logger.info(
@@ -204,6 +229,7 @@ class Scheduler(BaseScheduler):
                 extra={"spider": spider},
             )
             self.stats.set_value("crawlq/resumed", resumed)
+        return self.df.open()
 
     def _open(self, url: str, host_delay: float) -> Frontier:
         config = self.config
@@ -237,6 +263,7 @@ class Scheduler(BaseScheduler):
             raise type(exc)(f"CRAWLQ_URL={url!r}: {exc}") from None
 
     def _warn_about_settings(self) -> None:
+        assert self.crawler is not None
         settings = self.crawler.settings
         jobdir = self.config.jobdir
         if (
@@ -257,14 +284,19 @@ class Scheduler(BaseScheduler):
                 "still applied by Scrapy's downloader"
             )
 
-    def close(self, reason: str) -> None:
-        """Put back what the engine did not finish, then close the store."""
+    def close(self, reason: str) -> Any:
+        """Put back what the engine did not finish, close the store, then the dupefilter.
+
+        Returns what the dupefilter's ``close(reason)`` returns.
+        """
         if self._hook is not None:
             self._hook.remove()
             self._hook = None
+        if self._dedup:
+            self.df.detach()
         frontiers = self._frontiers
         if frontiers is None:
-            return
+            return self.df.close(reason)
         frontiers.settle()  # requests held for a write are stored (or in memory) now
         main = frontiers.main
         left = main.pending() if not main.frontier.closed else 0
@@ -282,6 +314,7 @@ class Scheduler(BaseScheduler):
             logger.warning(
                 "crawlq: %d requests that could not be stored were lost at close", memory_only
             )
+        return self.df.close(reason)
 
     # -- the BaseScheduler interface ------------------------------------------------
 
@@ -299,9 +332,16 @@ class Scheduler(BaseScheduler):
         frontiers = self._frontiers
         assert frontiers is not None, "the scheduler is not open"
         config = self.config
-        dont_filter = request.dont_filter or not config.dedup
+        dont_filter = request.dont_filter
         if dont_filter:
             fingerprint = _NO_FINGERPRINT
+        elif not self._dedup:
+            # Another DUPEFILTER_CLASS decides, as in Scrapy's scheduler.
+            if self.df.request_seen(request):
+                self.df.log(request, self.spider)
+                return False
+            fingerprint = _NO_FINGERPRINT
+            dont_filter = True
         else:
             fingerprint = self._fingerprint(request)
             recent = self._recent
@@ -313,6 +353,9 @@ class Scheduler(BaseScheduler):
                 # Refused before anything is built or encoded.
                 recent.add(fingerprint)
                 self._duplicate(request)
+                return False
+            if self.df.marks and self.df.marked(fingerprint):
+                self._duplicate(request)  # df.request_seen was asked about it
                 return False
         start = config.start_requests_apart and bool(request.meta.get("is_start_request"))
         slot = self._slot_key(request) or _NO_HOST_SLOT
@@ -360,6 +403,8 @@ class Scheduler(BaseScheduler):
             self._wake_later()
             return None
         request, stored = popped
+        if not self._in_engine:
+            frontiers.finished(request)  # no engine to report it finished: done now
         count = self._count
         count("scheduler/dequeued")
         count("scheduler/dequeued/disk" if stored else "scheduler/dequeued/memory")
@@ -388,31 +433,29 @@ class Scheduler(BaseScheduler):
     # -- the unusual paths --------------------------------------------------------------
 
     def _duplicate(self, request: scrapy.Request) -> None:
-        self._count("dupefilter/filtered")
-        if self.config.log_every_duplicate:
-            referer = request.headers.get("Referer")
-            logger.debug(
-                "Filtered duplicate request: %(request)s (referer: %(referer)s)",
-                {"request": request, "referer": referer.decode() if referer else None},
-                extra={"spider": self.spider},
-            )
-        elif self._log_duplicate:
-            logger.debug(
-                "Filtered duplicate request: %(request)s - no more duplicates will be "
-                "shown (see DUPEFILTER_DEBUG to show all duplicates)",
-                {"request": request},
-                extra={"spider": self.spider},
-            )
-            self._log_duplicate = False
+        # Logged (DUPEFILTER_DEBUG) and counted by the dupefilter, as in Scrapy.
+        self.df.log(request, self.spider)
+
+    def _seen(self, fingerprint: bytes) -> bool:
+        """Whether the frontier has seen ``fingerprint`` (for `DupeFilter.request_seen`)."""
+        frontiers = self._frontiers
+        if fingerprint in self._recent or frontiers is None:
+            return fingerprint in self._recent
+        try:
+            return frontiers.seen(fingerprint)
+        except StoreError as exc:
+            self._store_failed(exc)
+            return False
 
     def _unserializable(self, request: scrapy.Request, exc: Unserializable) -> None:
         self._count("scheduler/unserializable")
-        if self._log_unserializable or self.config.log_every_unserializable:
+        if self._log_unserializable:
+            # Once, as Scrapy's scheduler does with SCHEDULER_DEBUG (crawlq
+            # logs it without it too: such a request is not durable).
             logger.warning(
                 "Unable to serialize request: %(request)s - reason: %(reason)s - it is "
                 "kept in memory, in its place, and is lost if the crawl stops; no more "
-                "unserializable requests will be logged (stats being collected; "
-                "SCHEDULER_DEBUG logs them all)",
+                "unserializable requests will be logged (stats being collected)",
                 {"request": request, "reason": exc},
                 extra={"spider": self.spider},
             )
@@ -458,8 +501,18 @@ class Scheduler(BaseScheduler):
         )
         from scrapy.utils.defer import deferred_from_coro
 
-        engine = self.crawler.engine
+        engine = running_engine(self.crawler) if self.crawler is not None else None
+        if engine is None:
+            return
         if hasattr(engine, "close_spider_async"):
             deferred_from_coro(engine.close_spider_async(reason="crawlq_store_error"))
         elif self.spider is not None:  # Scrapy 2.13
             engine.close_spider(self.spider, reason="crawlq_store_error")
+
+
+def _slot_key(request: scrapy.Request) -> str:
+    """The download slot of ``request`` outside a crawl (Scrapy's ``Downloader.get_slot_key``)."""
+    slot = request.meta.get("download_slot")
+    if slot is not None:
+        return str(slot)
+    return urlparse_cached(request).hostname or ""

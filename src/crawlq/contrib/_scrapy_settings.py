@@ -23,8 +23,6 @@ if TYPE_CHECKING:
 
 __all__ = ["SchedulerConfig"]
 
-_NO_DEDUP_FILTERS = frozenset({"scrapy.dupefilters.BaseDupeFilter"})
-
 
 @dataclass(frozen=True, slots=True)
 class SchedulerConfig:
@@ -44,15 +42,18 @@ class SchedulerConfig:
     max_in_flight: int | None
     options: dict[str, Any] = field(default_factory=dict)
     start_requests_apart: bool = True
-    dedup: bool = True
-    log_every_unserializable: bool = False
-    log_every_duplicate: bool = False
+    #: Start requests come out newest first within a priority (a Lifo start queue class).
+    start_lifo: bool = False
     jobdir: str | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> SchedulerConfig:
-        """Read and check the settings; raise `ConfigError` naming the bad one."""
-        settings = crawler.settings
+        """Read and check the crawler's settings; raise `ConfigError` naming the bad one."""
+        return cls.from_settings(crawler.settings)
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> SchedulerConfig:
+        """Read and check ``settings``; raise `ConfigError` naming the bad one."""
         jobdir = settings.get("JOBDIR") or None
         url = settings.get("CRAWLQ_URL")
         if url is None or url == "":
@@ -71,7 +72,7 @@ class SchedulerConfig:
         lifo_setting = settings.get("CRAWLQ_LIFO")
         if lifo_setting is None:
             queue = settings.get("SCHEDULER_DISK_QUEUE" if durable else "SCHEDULER_MEMORY_QUEUE")
-            lifo = "fifo" not in _class_path(queue).lower()
+            lifo = _is_lifo(queue, default=True)
         else:
             lifo = _bool(settings, "CRAWLQ_LIFO")
         start_queue = settings.get(
@@ -86,7 +87,10 @@ class SchedulerConfig:
                 settings, "CONCURRENT_REQUESTS_PER_DOMAIN"
             )
         max_in_flight = _count(settings, "CRAWLQ_MAX_IN_FLIGHT")
-        if max_in_flight is None:
+        if max_in_flight is None and durable:
+            # Bounds the re-fetches after a kill. In memory nothing is
+            # fetched again, and Scrapy's engine bounds the downloads itself:
+            # no cap, so requests go out when Scrapy's scheduler would send them.
             max_in_flight = _count(settings, "CONCURRENT_REQUESTS")
         lease_timeout = _seconds(settings, "CRAWLQ_LEASE_TIMEOUT", 600.0)
         if lease_timeout is None or lease_timeout <= 0:
@@ -98,7 +102,6 @@ class SchedulerConfig:
             raise ConfigError(
                 f"CRAWLQ_OPTIONS must be a dict of open_frontier options, not {options!r}"
             )
-        dupefilter = _class_path(settings.get("DUPEFILTER_CLASS"))
         return cls(
             url=url,
             durable=durable,
@@ -110,19 +113,28 @@ class SchedulerConfig:
             max_in_flight=max_in_flight or None,
             options=dict(options),
             start_requests_apart=bool(start_queue),
-            dedup=dupefilter not in _NO_DEDUP_FILTERS,
-            log_every_unserializable=settings.getbool("SCHEDULER_DEBUG"),
-            log_every_duplicate=settings.getbool("DUPEFILTER_DEBUG"),
+            start_lifo=bool(start_queue) and _is_lifo(start_queue, default=False),
             jobdir=jobdir,
         )
 
 
-def _class_path(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, type):
-        return f"{value.__module__}.{value.__qualname__}"
-    return str(value)
+def _is_lifo(queue: Any, *, default: bool) -> bool:
+    """Whether a queue class (or its path) names a LIFO queue; ``default`` if neither.
+
+    Scrapy's queue classes are made by factories (``PickleFifoDiskQueue`` is
+    a class named ``ScrapyRequestQueue``): the first class of its MRO whose
+    name says "fifo" or "lifo" decides (queuelib's ``LifoMemoryQueue``
+    subclasses its ``FifoMemoryQueue``).
+    """
+    classes = queue.__mro__ if isinstance(queue, type) else (queue,)
+    for cls in classes:
+        name = cls.__qualname__ if isinstance(cls, type) else str(cls)
+        name = name.rsplit(".", 1)[-1].lower()
+        if "lifo" in name:
+            return True
+        if "fifo" in name:
+            return False
+    return default
 
 
 def _bool(settings: BaseSettings, name: str) -> bool:

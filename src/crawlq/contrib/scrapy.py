@@ -20,25 +20,30 @@ store) or `SCHEDULER_MEMORY_QUEUE` (memory) is a Fifo class | newest first withi
 | `CRAWLQ_HOST_DELAY` | `DOWNLOAD_DELAY` | least seconds between two requests of one slot |
 | `CRAWLQ_HOST_CONCURRENCY` | `CONCURRENT_REQUESTS_PER_IP`, else `..._PER_DOMAIN` | most \
 requests of one download slot in the engine at once; 0: no limit |
-| `CRAWLQ_MAX_IN_FLIGHT` | `CONCURRENT_REQUESTS` | most requests in the engine at once, \
-downloading or being parsed (the re-fetches after a `kill -9`); 0: no limit |
+| `CRAWLQ_MAX_IN_FLIGHT` | `CONCURRENT_REQUESTS` with a durable store, else 0 | most \
+requests in the engine at once, downloading or being parsed (the re-fetches after a \
+`kill -9`); 0: no limit |
 | `CRAWLQ_LEASE_TIMEOUT` | `600` | seconds before an unfinished request is handed out again |
 | `CRAWLQ_OPTIONS` | `{}` | more `crawlq.open_frontier` options, e.g. `{"synchronous": "full"}` |
 
 (A trailing backslash continues a row on the next line.) Scrapy settings it
 honours: `JOBDIR`; `SCHEDULER_DEBUG` (log every request kept in memory, not
 only the first); `DUPEFILTER_DEBUG` (log every duplicate);
-`DUPEFILTER_CLASS` (`scrapy.dupefilters.BaseDupeFilter` turns deduplication
-off; other classes are not used: crawlq deduplicates with
-`crawler.request_fingerprinter`); `SCHEDULER_START_DISK_QUEUE` /
-`SCHEDULER_START_MEMORY_QUEUE` (`None` orders start requests like the
-others); `DOWNLOAD_DELAY`, `CONCURRENT_REQUESTS_PER_DOMAIN`,
+`DUPEFILTER_CLASS` (built as ``scheduler.df``; Scrapy's default
+`RFPDupeFilter` becomes crawlq's `DupeFilter`, answering from the frontier's
+seen set; another class decides duplicates itself, as in Scrapy's scheduler,
+and `scrapy.dupefilters.BaseDupeFilter` turns deduplication off);
+`SCHEDULER_START_DISK_QUEUE` / `SCHEDULER_START_MEMORY_QUEUE` (a Lifo class
+sends start requests newest first; `None` orders them like the others);
+`DOWNLOAD_DELAY`, `CONCURRENT_REQUESTS_PER_DOMAIN`,
 `CONCURRENT_REQUESTS_PER_IP`.
 
 For Scrapy's stock scheduler with ``JOBDIR``, `FifoDiskQueue` and
 `LifoDiskQueue` replace its pickle disk queues (``SCHEDULER_DISK_QUEUE``).
 
-Tested with Scrapy 2.13 and 2.19 (``crawlq[scrapy]`` pins ``scrapy>=2.13,<3``).
+Tested with Scrapy 2.13.1 and 2.19 (``crawlq[scrapy]`` pins
+``scrapy>=2.13.1,<2.20``), against Scrapy's own scheduler, dupefilter and
+engine tests too (``tests/scrapy/test_scrapy_suite.py``).
 Importing this module without Scrapy raises `crawlq.ConfigError` naming the
 extra to install.
 """
@@ -55,8 +60,16 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 from ._scrapy_codec import Unserializable
+from ._scrapy_dupefilter import DupeFilter
 from ._scrapy_frontiers import crawlq_priority
 from ._scrapy_queues import FifoDiskQueue, LifoDiskQueue
 from ._scrapy_scheduler import Scheduler
 
-__all__ = ["FifoDiskQueue", "LifoDiskQueue", "Scheduler", "Unserializable", "crawlq_priority"]
+__all__ = [
+    "DupeFilter",
+    "FifoDiskQueue",
+    "LifoDiskQueue",
+    "Scheduler",
+    "Unserializable",
+    "crawlq_priority",
+]
