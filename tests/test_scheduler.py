@@ -507,3 +507,44 @@ async def test_stopping_workers_then_closing_is_quiet(caplog: pytest.LogCaptureF
             await joiner
         await asyncio.sleep(1.5)
         assert [r for r in caplog.records if r.levelname == "WARNING"] == []
+
+
+async def test_workers_adding_their_links_never_deadlock_on_maxsize() -> None:
+    """Every worker holds a page and adds its links to a full queue: none may wait,
+    or nobody is left to make room. Producers holding nothing still wait."""
+    async with make(maxsize=2) as scheduler:
+        await scheduler.add_many([f"https://h{i}.example/" for i in range(2)])
+        done: list[str] = []
+
+        async def worker() -> None:
+            while True:
+                request = await scheduler.get()
+                if request.depth < 2:
+                    links = [
+                        crawlq.Request(f"{request.url}{i}/", depth=request.depth + 1)
+                        for i in range(3)
+                    ]
+                    await scheduler.add_many(links, ack=request)
+                else:
+                    scheduler.task_done(request)
+                done.append(request.url)
+
+        workers = [asyncio.create_task(worker()) for _ in range(2)]
+        producer = asyncio.create_task(scheduler.add("https://seed.example/"))
+        await asyncio.wait_for(scheduler.join(), 5)
+        assert len(done) == 3 * (1 + 3 + 9)  # every page of the two seeds and the producer's
+        assert producer.done() and producer.result() is True
+        for task in workers:
+            task.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+
+
+async def test_a_producer_holding_nothing_still_waits_for_room() -> None:
+    async with make(maxsize=1) as scheduler:
+        scheduler.add_nowait("https://a.example/1")
+        adder = asyncio.create_task(scheduler.add_many(["https://b.example/2"]))
+        await asyncio.sleep(0.01)
+        assert not adder.done()
+        request = await scheduler.get()
+        assert await asyncio.wait_for(adder, 1) == [True]
+        scheduler.task_done(request)

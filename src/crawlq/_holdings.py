@@ -47,6 +47,11 @@ class Holdings:
         """True while some watched task is alive."""
         return bool(self._held)
 
+    def current_task_holds(self) -> bool:
+        """True if the running task holds requests it got from the scheduler."""
+        task = asyncio.current_task()
+        return task is not None and bool(self._held.get(task))
+
     def hold(self, request: Request) -> None:
         """Record that the current task holds ``request``; watch the task."""
         task = asyncio.current_task()

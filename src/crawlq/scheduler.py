@@ -196,7 +196,8 @@ class Scheduler:
         `Frontier.add_many` does: ``await scheduler.add_many(links,
         ack=request)`` replaces ``task_done(request)``. With ``maxsize``,
         waits until the queue is below it, then adds the whole batch (which
-        may take it past ``maxsize`` by the batch size). Raises
+        may take it past ``maxsize`` by the batch size); a task that holds
+        requests from `get` (a worker adding a page's links) never waits. Raises
         `SchedulerClosed` if the scheduler is or gets closed (nothing is
         added or acked then), and what `Frontier.add_many` raises.
         """
@@ -214,6 +215,10 @@ class Scheduler:
 
     async def _wait_for_room(self) -> None:
         self._check_open()
+        if self._holdings.current_task_holds():
+            # A worker adding the links of a page it holds never waits: if
+            # every worker waited for room, none would be left to make it.
+            return
         while self._full():
             future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._adders.append(future)
