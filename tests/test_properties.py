@@ -299,8 +299,10 @@ class RedisFrontierMachine(FrontierMachine):
         self.clock = FakeClock()
         self.model = Model(0.0, concurrency, lease_timeout=float("inf"), lifo=lifo)
         url = f"{self.server_url}?crawl=model-{RedisFrontierMachine.crawls}"
+        # ack_delay=0: the model is the exact order, fewest-leases tie-break
+        # included, which holds when every ack reaches Redis before the next pop.
         self.frontier = crawlq.open_frontier(
-            url, host_concurrency=concurrency, lifo=lifo, lease_timeout=86_400.0
+            url, host_concurrency=concurrency, lifo=lifo, lease_timeout=86_400.0, ack_delay=0
         )
         self.by_order = {}
 

@@ -31,11 +31,14 @@ def main() -> None:
     parser.add_argument("url")
     parser.add_argument("log")
     parser.add_argument("--hang-after", type=int, default=-1)
+    parser.add_argument("--ack-delay", type=float, default=0.0)
     args = parser.parse_args()
     crawl = dict(p.split("=") for p in urlsplit(args.url).query.split("&"))["crawl"]
     leases = f"crawlq:{{{crawl}}}:leases"
     admin = redis.Redis.from_url(args.url.split("?")[0])
-    frontier = crawlq.open_frontier(args.url, host_concurrency=1, lease_timeout=2.0)
+    frontier = crawlq.open_frontier(
+        args.url, host_concurrency=1, lease_timeout=2.0, ack_delay=args.ack_delay
+    )
     rng = random.Random()
     done = 0
     with open(args.log, "a", buffering=1) as log:

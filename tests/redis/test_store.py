@@ -541,3 +541,41 @@ def test_the_leases_of_a_pop_lost_in_an_outage_come_back_at_once(
     stats = frontier.stats()
     assert (stats.queued, stats.leased) == (1, 2)  # h2 queued (or prefetched)
     frontier.close()
+
+
+def test_acks_ride_the_next_refill(url: str) -> None:
+    """With ack_delay, pop + ack costs a call per prefetched batch, not per ack."""
+    calls = {}
+    for ack_delay in (0.0, 3600.0):
+        crawl = url.replace("?crawl=", f"?crawl=ride-{int(ack_delay)}-")
+        frontier = crawlq.open_frontier(crawl, ack_delay=ack_delay)
+        frontier.add_many([Request(f"https://h{i % 10}.example/{i}") for i in range(200)])
+        store = frontier._store
+        before = store._calls  # type: ignore[attr-defined]
+        done = 0
+        while (request := frontier.pop()) is not None:
+            frontier.ack(request)
+            done += 1
+        calls[ack_delay] = store._calls - before  # type: ignore[attr-defined]
+        assert done == 200
+        frontier.close()
+        with crawlq.open_frontier(crawl) as again:
+            assert (again.stats().queued, again.stats().leased) == (0, 0)  # close sent them
+    assert calls[0.0] >= 200
+    assert calls[3600.0] <= 20
+
+
+def test_a_host_at_its_limit_never_waits_on_acks_held_here(url: str) -> None:
+    frontier = crawlq.open_frontier(url, host_concurrency=1, ack_delay=3600)
+    frontier.add_many([Request(f"https://a.example/{i}") for i in range(3)])
+    first = frontier.pop()
+    assert first is not None
+    assert frontier.pop() is None  # a.example is at its limit
+    frontier.ack(first)  # waits here...
+    assert frontier.next_ready_in() == 0.0  # ...but a look at the server sends it
+    second = frontier.pop()
+    assert second is not None and second.url == "https://a.example/1"
+    frontier.ack(second)
+    third = frontier.pop()  # the refill itself carries the waiting ack
+    assert third is not None and third.url == "https://a.example/2"
+    frontier.close()

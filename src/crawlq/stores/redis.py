@@ -164,6 +164,13 @@ class RedisStore:
             ]
         )
         self._lifo = policy.lifo
+        self._ack_delay = policy.ack_delay
+        # Acks not sent yet: (id, token) pairs and their hosts. They travel in
+        # the next call (a prefetch refill, an add), at the latest once
+        # ack_delay has passed since the first of them (see `ack`).
+        self._waiting: list[bytes] = []
+        self._waiting_hosts: set[bytes] = set()
+        self._acks_since = 0.0
         self._prefetch = settings.prefetch
         self._want = 1
         self._buffer: deque[tuple[Request, bytes]] = deque()
@@ -368,6 +375,10 @@ class RedisStore:
             lifo = self._lifo
         extra = self._add_args(entries, self._bloom_bits, self._bloom_hashes, lifo)
         pairs, hosts = _lease_pairs(finished)
+        waiting = self._waiting
+        if waiting:
+            pairs = waiting + pairs
+            hosts |= self._waiting_hosts
         # Lua unpacks the pairs onto its stack: more go in later calls, after
         # the batch, which keeps children durable before their parents' acks.
         pairs, rest = pairs[: 2 * _FINISH_CHUNK], pairs[2 * _FINISH_CHUNK :]
@@ -379,12 +390,17 @@ class RedisStore:
         force = bool(buffer) and (self._stale() or any(h in hosts for _, h in buffer))
         refill = len(buffer) if buffer else int(self._popping and bool(pairs))
         reply = self._call(b"add", refill, force, extra, "adding")
+        if waiting:
+            self._waiting, self._waiting_hosts = [], set()
         if rest:
             self._finish_pairs(b"a", rest, hosts, "acking")
         return [flag == 49 for flag in reply[0]]  # b"1"
 
     def pop(self) -> Request | None:
         buffer = self._buffer
+        if self._waiting and time.monotonic() - self._acks_since >= self._ack_delay:
+            self.flush()  # may give the batch back and lease a new one
+            buffer = self._buffer
         if buffer and not self._stale():
             self._popping = True
             return buffer.popleft()[0]
@@ -397,7 +413,15 @@ class RedisStore:
             else:
                 self._want = max(1, self._want // 2)
         want = self._want
-        self._call(b"pop", want, True, [], "popping")
+        waiting = self._waiting
+        if waiting:
+            # The acks waiting end their leases first, then the refill is
+            # leased, in one call: the lease counts it sees are current.
+            extra = [b"a", b"%d" % (len(waiting) // 2), *waiting]
+            self._call(b"ack_or_release", want, True, extra, "popping")
+            self._waiting, self._waiting_hosts = [], set()
+        else:
+            self._call(b"pop", want, True, [], "popping")
         buffer = self._buffer
         self._fetched_full = len(buffer) == want
         if not buffer:
@@ -423,18 +447,37 @@ class RedisStore:
             self._call(b"ack_or_release", refill, force, extra, doing)
 
     def ack(self, leases: Sequence[object]) -> None:
-        self._finish(b"a", leases, "acking")
+        if self._ack_delay <= 0.0:
+            self._finish(b"a", leases, "acking")
+            return
+        pairs, hosts = _lease_pairs(leases)
+        waiting = self._waiting
+        now = time.monotonic()
+        if not waiting:
+            self._acks_since = now
+        waiting.extend(pairs)
+        self._waiting_hosts |= hosts
+        if len(waiting) >= 2 * _FINISH_CHUNK or now - self._acks_since >= self._ack_delay:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._waiting:
+            self._finish_pairs(b"a", self._waiting, self._waiting_hosts, "acking")
+            self._waiting, self._waiting_hosts = [], set()
 
     def release(self, leases: Sequence[object]) -> None:
+        self.flush()
         self._finish(b"r", leases, "releasing")
 
     def counts(self) -> StoreCounts:
+        self.flush()  # the server's lease counts then include this worker's acks
         queued, leased, seen = self._read(b"counts")
         # This store's own prefetched requests are not handed out yet.
         mine = len(self._buffer)
         return StoreCounts(queued + mine, leased - mine, seen)
 
     def host_counts(self, limit: int) -> list[HostCount]:
+        self.flush()
         mine: dict[str, int] = {}
         for _, host in self._buffer:
             name = host.decode()
@@ -444,6 +487,8 @@ class RedisStore:
     def next_ready_in(self) -> float | None:
         if self._buffer and not self._stale():
             return 0.0
+        # A host at its concurrency limit must not wait on acks held here.
+        self.flush()
         wait = self._read(b"wait")
         return None if wait < 0 else wait / 1_000_000
 
@@ -502,15 +547,16 @@ class RedisStore:
         function = self._functions[b"state"]
         self._link.command(b"FCALL", function, 1, self._prefix, data, doing="saving the state")
 
-    def flush(self) -> None:
-        pass  # every ack is one call today: nothing waits (ack_delay is not used yet)
-
     def close(self) -> None:
         """Give back unserved prefetched requests; shared data stays untouched."""
         try:
-            if (self._buffer or self._lost is not None) and os.getpid() == self._pid:
-                self._call(b"ack_or_release", 0, True, [b"a", b"0"], "closing")
+            waiting = self._waiting
+            if (self._buffer or waiting or self._lost is not None) and os.getpid() == self._pid:
+                # Acks waiting, and the prefetched requests given back.
+                extra = [b"a", b"%d" % (len(waiting) // 2), *waiting]
+                self._call(b"ack_or_release", 0, True, extra, "closing")
                 self._buffer.clear()
+                self._waiting = []
             self._link.command(
                 b"HDEL", self._prefix + b"lease", b"@" + self._owner, doing="closing", retry=False
             )
