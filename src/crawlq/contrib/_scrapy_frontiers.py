@@ -74,6 +74,8 @@ from .._open import open_frontier
 from .._request import Request
 from ._scrapy_codec import RequestCodec, Unserializable
 from ._scrapy_settings import SchedulerConfig
+from ._scrapy_source import Source as _Source
+from ._scrapy_source import crawlq_priority
 
 if TYPE_CHECKING:
     import scrapy
@@ -92,38 +94,8 @@ _RUN: Final = "scrapy_run"
 #: crawlq URL of a request whose URL crawlq does not take (data:, file:, ...);
 #: the real URL is in its payload.
 _PLACEHOLDER_URL: Final = "http://crawlq.invalid/"
-_PRIORITY_MIN: Final = -(2**30)
-_PRIORITY_MAX: Final = 2**30 - 1
 #: Most requests held for one flush.
 _HOLD_MAX: Final = 1024
-
-
-def crawlq_priority(priority: int, start: bool) -> int:
-    """Return the crawlq priority of a Scrapy request (see the module docstring)."""
-    if priority < _PRIORITY_MIN:
-        priority = _PRIORITY_MIN
-    elif priority > _PRIORITY_MAX:
-        priority = _PRIORITY_MAX
-    return 2 * priority + (0 if start else 1)
-
-
-class _Source:
-    """One frontier the scheduler hands requests out of, and its bookkeeping."""
-
-    __slots__ = ("frontier", "held", "held_at", "in_flight", "objects")
-
-    def __init__(self, frontier: Frontier) -> None:
-        self.frontier = frontier
-        #: Request objects kept in this process, by the token the frontier holds.
-        self.objects: dict[int, scrapy.Request] = {}
-        #: A request popped to compare priorities with the other source.
-        self.held: Request | None = None
-        self.held_at = 0.0
-        #: Requests of this source handed to the engine and not finished.
-        self.in_flight = 0
-
-    def pending(self) -> int:
-        return max(0, len(self.frontier) - self.in_flight)
 
 
 class Frontiers:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from .._errors import ConfigError, IncompatibleStore, StoreError, StoreFull, StoreUnavailable
 from ._redis_config import RedisURL
+from .base import Entry
 
 if TYPE_CHECKING:
     import redis
@@ -427,3 +429,38 @@ def _bytes(value: bytes | str | int) -> bytes:
     if isinstance(value, bytes):
         return value
     return str(value).encode()
+
+
+_ENTRY: Final = struct.Struct(">16sBiI")
+_LENGTH: Final = struct.Struct(">I")
+
+
+def pack_entries(
+    entries: Sequence[Entry], bloom_bits: int, bloom_hashes: int, lifo: bool
+) -> list[bytes]:
+    """The arguments of add.lua for a batch: its order, dedup mode, count and entries.
+
+    Each entry is packed big-endian: 16-byte fingerprint, flags byte (bit 0:
+    dont_filter), int32 priority, uint32 length + host, uint32 length +
+    encoded request.
+    """
+    parts: list[bytes] = []
+    append = parts.append
+    pack_entry = _ENTRY.pack
+    pack_length = _LENGTH.pack
+    for fingerprint, host, request, payload in entries:
+        assert payload is not None  # needs_payload
+        host_bytes = host.encode()
+        append(pack_entry(fingerprint, request.dont_filter, request.priority, len(host_bytes)))
+        append(host_bytes)
+        append(pack_length(len(payload)))
+        append(payload)
+    # Ids of LIFO-added requests count down from the top, FIFO-added ones
+    # up from 0 (add.lua): the order of crawlq._policy.order_key.
+    return [
+        b"1" if lifo else b"0",
+        b"%d" % bloom_bits,
+        b"%d" % bloom_hashes,
+        b"%d" % len(entries),
+        b"".join(parts),
+    ]

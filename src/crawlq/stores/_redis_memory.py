@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from .._errors import IncompatibleStore
 from ._redis_conn import Link
 
-__all__ = ["evicting", "eviction_refused", "memory_fields"]
+__all__ = ["check_evictions", "evicting", "eviction_refused", "memory_fields"]
 
 
 def memory_fields(link: Link) -> dict[str, str]:
@@ -46,3 +46,20 @@ def eviction_refused(where: str, policy: str, lost: bool) -> IncompatibleStore:
         "maxmemory-policy noeviction (CONFIG SET maxmemory-policy noeviction, and in "
         "redis.conf), or open with allow_eviction=True to accept losing requests"
     )
+
+
+def check_evictions(link: Link, where: str, evicted_before: int) -> int:
+    """Refuse to go on once an evicting server has evicted keys; return its count.
+
+    Raises `IncompatibleStore` while the server evicts any key and has
+    evicted some since ``evicted_before``; another policy's evictions (keys
+    with a TTL, never crawlq's) are let pass.
+    """
+    fields = memory_fields(link)
+    evicted = int(fields.get("evicted_keys") or 0)
+    if evicted > evicted_before:
+        policy = evicting(fields)
+        if policy is not None:
+            # The caller looks again at its next call, until the server is fixed.
+            raise eviction_refused(where, policy, True)
+    return evicted

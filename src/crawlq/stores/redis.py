@@ -53,24 +53,30 @@ import math
 import os
 import secrets
 import socket
-import struct
 import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-import msgspec
-
-from .._errors import CorruptStore, StoreError
+from .._errors import StoreError
 from .._fingerprint import Fingerprinter
 from .._lease import Lease, new_lease
 from .._policy import Policy
 from .._request import Request, decode_request, encode_request
 from ._redis_admin import Inspection, host_counts, inspect, purge
 from ._redis_config import RedisURL, Settings, parse_url
-from ._redis_conn import Link, acquire_client, pack, pack_args, redis_module, release_client
-from ._redis_memory import evicting, eviction_refused, memory_fields
-from ._redis_open import check_server, open_crawl
+from ._redis_conn import (
+    Link,
+    acquire_client,
+    pack,
+    pack_args,
+    pack_entries,
+    redis_module,
+    release_client,
+)
+from ._redis_memory import check_evictions
+from ._redis_open import Dedup, check_server, open_crawl
+from ._redis_state import bloom_stats, load_state, save_state
 from .base import Entry, HostCount, StoreCounts
 
 __all__ = [
@@ -93,8 +99,6 @@ OPTIONS: Final = (
 
 _FINISH_CHUNK: Final = 1000
 _FAST_DRAIN: Final = 0.2  # seconds: a batch drained sooner lets the next one grow
-_ENTRY: Final = struct.Struct(">16sBiI")
-_LENGTH: Final = struct.Struct(">I")
 #: Seconds between two looks at the server's ``evicted_keys``.
 _EVICTION_CHECK: Final = 5.0
 
@@ -207,8 +211,8 @@ class RedisStore:
     def _open(self, policy: Policy, fingerprinter: Fingerprinter, settings: Settings) -> None:
         self._evicted = check_server(self._link, self._location.display, self._allow_eviction)
         self._link.load_library("loading crawlq's functions")
-        dedup = open_crawl(self._link, self._location, policy, settings)
-        self._bloom_bits, self._bloom_hashes, self._bloom_capacity, self._bloom_rate = dedup
+        self._dedup: Dedup = open_crawl(self._link, self._location, policy, settings)
+        self._bloom_bits, self._bloom_hashes = self._dedup.bits, self._dedup.hashes
         self._self_check(fingerprinter)
 
     def _self_check(self, fingerprinter: Fingerprinter) -> None:
@@ -220,7 +224,7 @@ class RedisStore:
         entry = (fingerprint, host, probe, encode_request(probe))
         doing = "running the self-check"
         try:
-            extra = [*self._add_args([entry], 0, 0, self._lifo), b"0"]
+            extra = [*pack_entries([entry], 0, 0, self._lifo), b"0"]
             added = self._call(b"probe", 0, False, extra, doing, prefix)
             popped = self._call(b"pop", 1, True, [], doing, prefix)
             items = popped[2:]
@@ -258,7 +262,8 @@ class RedisStore:
         # prefetched requests alone.
         buffer = self._buffer if prefix is None else deque()
         if not self._allow_eviction and time.monotonic() >= self._eviction_check_at:
-            self._check_evictions()
+            self._evicted = check_evictions(self._link, self._location.display, self._evicted)
+            self._eviction_check_at = time.monotonic() + _EVICTION_CHECK
         self._calls += 1
         if prefix is None:
             head = self._heads.get(function)
@@ -310,23 +315,6 @@ class RedisStore:
             self._take(reply)
         return reply
 
-    def _check_evictions(self) -> None:
-        """Refuse to go on once an evicting server has evicted keys.
-
-        Raises `IncompatibleStore` while the server evicts any key and has
-        evicted some since the last look; another policy's evictions (keys
-        with a TTL, never crawlq's) are let pass.
-        """
-        fields = memory_fields(self._link)
-        evicted = int(fields.get("evicted_keys") or 0)
-        if evicted > self._evicted:
-            policy = evicting(fields)
-            if policy is not None:
-                # Look again at the next call, until the server is fixed.
-                raise eviction_refused(self._location.display, policy, True)
-        self._evicted = evicted
-        self._eviction_check_at = time.monotonic() + _EVICTION_CHECK
-
     def _take(self, reply: list[Any]) -> None:
         """Replace the prefetched requests by the ones a function just leased."""
         buffer: deque[tuple[Request, bytes]] = deque()
@@ -343,37 +331,13 @@ class RedisStore:
 
     # -- the store protocol ----------------------------------------------------
 
-    def _add_args(
-        self, entries: Sequence[Entry], bloom_bits: int, bloom_hashes: int, lifo: bool
-    ) -> list[bytes]:
-        parts: list[bytes] = []
-        append = parts.append
-        pack_entry = _ENTRY.pack
-        pack_length = _LENGTH.pack
-        for fingerprint, host, request, payload in entries:
-            assert payload is not None  # needs_payload
-            host_bytes = host.encode()
-            append(pack_entry(fingerprint, request.dont_filter, request.priority, len(host_bytes)))
-            append(host_bytes)
-            append(pack_length(len(payload)))
-            append(payload)
-        # Ids of LIFO-added requests count down from the top, FIFO-added ones
-        # up from 0 (add.lua): the order of stores/base.order_key.
-        return [
-            b"1" if lifo else b"0",
-            b"%d" % bloom_bits,
-            b"%d" % bloom_hashes,
-            b"%d" % len(entries),
-            b"".join(parts),
-        ]
-
     def add(
         self, entries: Sequence[Entry], finished: Sequence[object] = (), *, lifo: bool | None = None
     ) -> list[bool]:
         buffer = self._buffer
         if lifo is None:
             lifo = self._lifo
-        extra = self._add_args(entries, self._bloom_bits, self._bloom_hashes, lifo)
+        extra = pack_entries(entries, self._bloom_bits, self._bloom_hashes, lifo)
         pairs, hosts = _lease_pairs(finished)
         waiting = self._waiting
         if waiting:
@@ -511,41 +475,18 @@ class RedisStore:
     def extra_stats(self) -> dict[str, float]:
         """Store-specific figures for ``stats()``: prefetch, and the Bloom filter's state.
 
-        ``bloom_fill_ratio`` is the share of bits set (counting them costs
-        O(filter size) on the server); ``bloom_false_positive_rate`` estimates
-        the chance that a new URL is taken for a duplicate, from that ratio.
+        See `crawlq.stores._redis_state.bloom_stats` for the Bloom figures.
         """
         stats = {"prefetched": float(len(self._buffer))}
         if self._bloom_bits:
-            ones = self._link.command(b"BITCOUNT", self._prefix + b"bloom", doing="reading stats")
-            fill = ones / self._bloom_bits
-            stats["bloom_fill_ratio"] = fill
-            stats["bloom_false_positive_rate"] = fill**self._bloom_hashes
-            stats["bloom_capacity"] = float(self._bloom_capacity)
-            stats["bloom_error_rate"] = self._bloom_rate
+            stats.update(bloom_stats(self._link, self._prefix, self._dedup))
         return stats
 
     def load_state(self) -> dict[str, Any]:
-        data = self._link.command(b"GET", self._prefix + b"state", doing="loading the state")
-        if data is None:
-            return {}
-        try:
-            state = msgspec.msgpack.decode(data)
-        except msgspec.DecodeError as exc:
-            raise CorruptStore(
-                f"the crawler state of {self._location.display} is not msgpack ({exc}); "
-                "save_state() a new one to replace it"
-            ) from None
-        if not isinstance(state, dict):
-            raise CorruptStore(f"the crawler state of {self._location.display} is not a mapping")
-        return state
+        return load_state(self._link, self._prefix, self._location.display)
 
     def save_state(self, state: Mapping[str, Any]) -> None:
-        # One SET replaces the whole state atomically (and repeats harmlessly);
-        # in a function, which a full server still runs (see Library).
-        data = msgspec.msgpack.encode(dict(state))
-        function = self._functions[b"state"]
-        self._link.command(b"FCALL", function, 1, self._prefix, data, doing="saving the state")
+        save_state(self._link, self._functions[b"state"], self._prefix, state)
 
     def close(self) -> None:
         """Give back unserved prefetched requests; shared data stays untouched."""
