@@ -328,9 +328,13 @@ class Frontier:
     def ack(self, request: Request) -> None:
         """Mark a popped request done.
 
-        Acking after the lease expired, or twice, does nothing (the request
-        was put back and will be handed out again). Raises `LeaseError` for a
-        request that was never handed out by this frontier.
+        Counts change at once; a durable store writes the ack with its next
+        write, at the latest ``ack_delay`` seconds later (on the next call),
+        or at `flush` / `close` (``ack_delay=0``: before this returns). A kill
+        before then hands the request out again. Acking after the lease
+        expired, or twice, does nothing (the request was put back and will be
+        handed out again). Raises `LeaseError` for a request that was never
+        handed out by this frontier.
         """
         lease = getattr(request, "_lease", None)
         if type(lease) is Lease and lease[-1] is self._origin and not self._closed:
@@ -339,7 +343,7 @@ class Frontier:
             self._store.ack(self._leases((request,)))
 
     def ack_many(self, requests: Iterable[Request]) -> None:
-        """Mark several popped requests done, in one store operation."""
+        """Mark several popped requests done, in one store operation (see `ack`)."""
         self._store.ack(self._leases(requests))
 
     def release(self, request: Request) -> None:
