@@ -1,12 +1,12 @@
 """The in-memory store: the reference implementation of the store semantics.
 
 Each host is a `Slot` holding a heap of its queued items ``(-priority, order,
-request, host)``, where ``order`` is the acceptance number (negated for LIFO);
-the shared `Board` picks the slot whose head goes next, so ``pop`` is O(log n)
-in queued requests and hosts. The item is also the lease handle a popped
-request carries; every (re)queueing makes a new item, so a stale handle never
-matches a later lease. Lease deadlines arrive in pop order (one
-``lease_timeout`` for all), so a deque holds them.
+request, host, origin)``, where ``order`` is `crawlq._policy.order_key` of the
+acceptance number; the shared `Board` picks the slot whose head goes next, so
+``pop`` is O(log n) in queued requests and hosts. An item is a `Lease`: the one
+a popped request carries; every (re)queueing makes a new item, so a stale lease
+never matches a later one. Lease deadlines arrive in pop order (one
+``lease_timeout`` for all): `LeaseDeadlines` holds them.
 """
 
 from __future__ import annotations
