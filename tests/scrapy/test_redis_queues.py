@@ -51,6 +51,7 @@ def test_redis_queues_fetch_every_page_once(
     assert_finished(result)
     assert result.stats["scheduler/enqueued/disk"] > 100
     assert result.stats.get("scheduler/enqueued/memory", 0) == 0
+    assert "crawlq/redis_queue/pop_unavailable" not in result.stats
     assert_exactly_once(site)
     assert _crawlq_keys(server.url) == []  # every queue drained; the self-check left nothing
 
@@ -175,4 +176,6 @@ def test_paused_server_falls_back_to_memory_and_the_crawl_finishes(
     assert_finished(result)
     # Pushes during the pause went to memory, and the crawl still got everything.
     assert result.stats.get("scheduler/enqueued/memory", 0) > 0, result.stats
+    assert result.stats["crawlq/redis_queue/push_unavailable"] > 0, result.stats
+    assert result.stats["crawlq/redis_queue/pop_unavailable"] > 0, result.stats
     assert set(site.fetches()) == site.expected()

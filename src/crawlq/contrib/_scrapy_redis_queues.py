@@ -23,7 +23,8 @@ What they guarantee
       request in memory), ``pop`` returns None, ``__len__`` returns the last
       known length; for a second after a failure the server is not asked.
       A push or pop whose reply was lost is undone, or handed out again, on
-      the next call that reaches the server.
+      the next call that reaches the server. Stats count them:
+      ``crawlq/redis_queue/push_unavailable`` and ``.../pop_unavailable``.
 
 What they cannot fix
     - ``pop`` removes the request: the stock scheduler forgets a request once
@@ -151,6 +152,7 @@ class _RedisQueue:
         self._undo: list[bytes] = []  # pushes whose reply was lost
         self._lost_pop = b""  # id of a pop whose reply was lost
         self._closed = False
+        self.stats: Any = None  # the crawler's stats, set by from_crawler
 
     @classmethod
     def from_crawler(cls, crawler: Crawler, key: str, *args: Any, **kwargs: Any) -> Self:
@@ -183,7 +185,9 @@ class _RedisQueue:
             )
         except StoreUnavailable:
             length = 0  # down mid-crawl: its pushes raise TransientError until it is back
-        return cls(server, codec, qkey, length, _ActiveFile.find(crawler, Path(key)))
+        queue = cls(server, codec, qkey, length, _ActiveFile.find(crawler, Path(key)))
+        queue.stats = crawler.stats
+        return queue
 
     def push(self, request: scrapy.Request) -> None:
         """Store ``request`` at the tail.
@@ -202,6 +206,7 @@ class _RedisQueue:
             )
         except StoreUnavailable as exc:
             self._undo.append(element)
+            self._count("crawlq/redis_queue/push_unavailable")
             raise TransientError(str(exc)) from None
         self._undo.clear()
         self._length = int(reply)
@@ -223,6 +228,7 @@ class _RedisQueue:
             except StoreUnavailable:
                 if not self._lost_pop:
                     self._lost_pop = pop_id
+                self._count("crawlq/redis_queue/pop_unavailable")
                 return None
             except StoreError as exc:
                 logger.error("crawlq could not pop from %s: %s", self._key.decode(), exc)
@@ -237,6 +243,10 @@ class _RedisQueue:
                 return self._codec.decode(data, "")
             except Exception as exc:
                 logger.error("crawlq dropped a stored request: it cannot be rebuilt (%s)", exc)
+
+    def _count(self, name: str) -> None:
+        if self.stats is not None:
+            self.stats.inc_value(name)
 
     def close(self) -> None:
         """Stop using the queue; what it holds stays in Redis for the next run.
