@@ -14,6 +14,7 @@ import redis
 from tests.redis_server import RedisServer, StartServer
 
 from ._site import ServedSite
+from .conftest import CONCURRENT_REQUESTS
 from .test_crawl import assert_exactly_once, assert_finished
 
 DOWNLOADER_AWARE = "scrapy.pqueues.DownloaderAwarePriorityQueue"
@@ -179,3 +180,22 @@ def test_paused_server_falls_back_to_memory_and_the_crawl_finishes(
     assert result.stats["crawlq/redis_queue/push_unavailable"] > 0, result.stats
     assert result.stats["crawlq/redis_queue/pop_unavailable"] > 0, result.stats
     assert set(site.fetches()) == site.expected()
+
+
+def test_redis_queues_resume_after_kill_9(
+    site: ServedSite, make_crawl: Any, tmp_path: Path, redis_servers: StartServer
+) -> None:
+    # active.json (which queues to reopen) is kept current by the queues, as
+    # with crawlq's SQLite disk queues: only what was in the engine is lost.
+    server = redis_servers()
+    crawl = make_crawl(_settings(server.url, tmp_path / "job", DOWNLOADER_AWARE))
+    killed = crawl.interrupt_halfway(signal.SIGKILL)
+    assert killed.returncode == -signal.SIGKILL
+    fetched_before = len(site.fetches())
+
+    resumed = crawl.run()
+    assert_finished(resumed)
+    assert resumed.stats["scheduler/dequeued/disk"] > 0
+    missing = site.expected() - set(site.fetches())
+    assert len(missing) <= CONCURRENT_REQUESTS, f"{len(missing)} pages lost"
+    assert len(site.fetches()) > fetched_before + 100
