@@ -199,3 +199,49 @@ def test_redis_queues_resume_after_kill_9(
     missing = site.expected() - set(site.fetches())
     assert len(missing) <= CONCURRENT_REQUESTS, f"{len(missing)} pages lost"
     assert len(site.fetches()) > fetched_before + 100
+
+
+def test_a_push_and_a_pop_whose_replies_were_lost_are_undone_and_handed_out_again(
+    redis_servers: StartServer,
+) -> None:
+    # A paused server may still run what was sent once it resumes: the pop
+    # that timed out may have taken a request, the push may have stored one.
+    import scrapy
+    from scrapy.utils.test import get_crawler
+
+    from crawlq.contrib import _scrapy_redis_queues as queues
+    from crawlq.contrib.scrapy import RedisFifoQueue, TransientError
+
+    server = redis_servers()
+    assert server.pid is not None
+    url = server.url + "?crawl=lost&socket_timeout=0.3"
+    queue = RedisFifoQueue.from_crawler(get_crawler(settings_dict={"CRAWLQ_URL": url}), "q/0")
+    try:
+        queue.push(scrapy.Request("http://example.com/a"))
+        queue.push(scrapy.Request("http://example.com/b"))
+        os.kill(server.pid, signal.SIGSTOP)
+        try:
+            assert queue.pop() is None  # sent, no reply
+            assert len(queue) == 2  # the last known length, never 0
+            assert queue.pop() is None  # not sent: the server is left alone for a while
+            time.sleep(queues._PAUSE + 0.1)
+            with pytest.raises(TransientError):
+                queue.push(scrapy.Request("http://example.com/c"))  # sent, no reply
+        finally:
+            os.kill(server.pid, signal.SIGCONT)
+        time.sleep(queues._PAUSE + 0.3)  # the server runs both; the pause ends
+        client = redis.Redis.from_url(server.url)
+        stored = client.lrange(b"crawlq:{lost}:squeue:q/0", 0, -1)
+        assert 1 <= len(stored) <= 3, stored  # b at least; a unless taken; c if stored
+        first = queue.pop()
+        assert first is not None and first.url == "http://example.com/a"
+        second = queue.pop()
+        assert second is not None and second.url == "http://example.com/b"
+        assert queue.pop() is None  # c undone if it was stored
+        assert len(queue) == 0
+        assert client.llen(b"crawlq:{lost}:squeue:q/0") == 0
+        client.close()
+    finally:
+        queue.close()
+        for shared in list(queues._Server.servers.values()):
+            shared.drop()

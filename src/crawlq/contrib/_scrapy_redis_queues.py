@@ -67,13 +67,20 @@ logger = logging.getLogger("crawlq.contrib.scrapy")
 _PAUSE: Final = 1.0
 _ID: Final = 8  # bytes of the random id in front of every stored request
 
-# KEYS: queue, popped. ARGV: lost pop id or '', 'L'/'R', this pop's id, undo elements...
+# KEYS: queue, popped. ARGV: ids of pops whose reply was lost (joined), 'L'/'R',
+# this pop's id, undo elements... The popped key holds the id and request of
+# the last pop that ran: if that was a lost one, its request is handed out again.
 _POP: Final = b"""
 for i = 4, #ARGV do redis.call('LREM', KEYS[1], -1, ARGV[i]) end
 local v
 if ARGV[1] ~= '' then
   local p = redis.call('GET', KEYS[2])
-  if p and string.sub(p, 1, 8) == ARGV[1] then v = string.sub(p, 9) end
+  if p then
+    local id = string.sub(p, 1, 8)
+    for i = 1, #ARGV[1], 8 do
+      if string.sub(ARGV[1], i, i + 7) == id then v = string.sub(p, 9) end
+    end
+  end
 end
 if not v then
   if ARGV[2] == 'L' then v = redis.call('LPOP', KEYS[1]) else v = redis.call('RPOP', KEYS[1]) end
@@ -91,6 +98,10 @@ return redis.call('LLEN', KEYS[1])
 
 class TransientError(StoreUnavailable, ValueError):
     """A queue's Redis could not be reached for this push: the scheduler keeps it in memory."""
+
+
+class _Down(StoreUnavailable):
+    """The server failed less than `_PAUSE` seconds ago: nothing was sent."""
 
 
 class QueueCheckFailed(StoreError):
@@ -124,7 +135,7 @@ class _Server:
     def eval(self, script: bytes, keys: tuple[bytes, ...], *args: bytes, doing: str) -> Any:
         """Run ``script``; raise `StoreUnavailable` at once while the server is down."""
         if time.monotonic() < self.down_until:
-            raise StoreUnavailable(f"Redis at {self.location.display} is not answering")
+            raise _Down(f"Redis at {self.location.display} is not answering")
         try:
             return self.link.command(b"EVAL", script, len(keys), *keys, *args, doing=doing)
         except StoreUnavailable:
@@ -150,7 +161,7 @@ class _RedisQueue:
         self._listed = False
         self._length = length
         self._undo: list[bytes] = []  # pushes whose reply was lost
-        self._lost_pop = b""  # id of a pop whose reply was lost
+        self._lost_pops = b""  # ids of pops sent whose reply was lost
         self._closed = False
         self.stats: Any = None  # the crawler's stats, set by from_crawler
 
@@ -205,7 +216,8 @@ class _RedisQueue:
                 _PUSH, (self._key,), element, *self._undo, doing="pushing a request"
             )
         except StoreUnavailable as exc:
-            self._undo.append(element)
+            if not isinstance(exc, _Down):
+                self._undo.append(element)
             self._count("crawlq/redis_queue/push_unavailable")
             raise TransientError(str(exc)) from None
         self._undo.clear()
@@ -219,21 +231,21 @@ class _RedisQueue:
                 reply = self._server.eval(
                     _POP,
                     (self._key, self._popped),
-                    self._lost_pop,
+                    self._lost_pops,
                     b"R" if self.lifo else b"L",
                     pop_id,
                     *self._undo,
                     doing="popping a request",
                 )
-            except StoreUnavailable:
-                if not self._lost_pop:
-                    self._lost_pop = pop_id
+            except StoreUnavailable as exc:
+                if not isinstance(exc, _Down):
+                    self._lost_pops += pop_id
                 self._count("crawlq/redis_queue/pop_unavailable")
                 return None
             except StoreError as exc:
                 logger.error("crawlq could not pop from %s: %s", self._key.decode(), exc)
                 return None
-            self._lost_pop = b""
+            self._lost_pops = b""
             self._undo.clear()
             self._length = int(reply[0])
             if len(reply) < 2 or reply[1] is None:
@@ -256,7 +268,7 @@ class _RedisQueue:
         if self._closed:
             return
         self._closed = True
-        if not self._lost_pop:
+        if not self._lost_pops:
             with contextlib.suppress(CrawlqError):
                 self._server.eval(
                     b"return redis.call('DEL', KEYS[1])", (self._popped,), doing="closing a queue"
