@@ -136,3 +136,29 @@ def test_a_value_msgpack_cannot_store_is_refused_by_name_and_the_old_state_kept(
     assert "spider.state['opaque'] cannot be stored" in result.stderr, result.stderr[-3000:]
     crawl.bad = False
     assert _run(crawl)["loaded"]["runs"] == 1
+
+
+def test_the_readme_settings_blocks_name_real_classes() -> None:
+    # The Scrapy section's settings snippets (```py): every dotted class path
+    # they set must import, so a rename cannot leave the README behind.
+    import importlib
+
+    from tests.test_readme import blocks
+
+    snippets = [code for section, code in blocks("py") if section.startswith("Using crawlq")]
+    assert len(snippets) == 2
+    paths: list[str] = []
+    for code in snippets:
+        namespace: dict[str, Any] = {}
+        exec(code, namespace)
+        for name, value in namespace.items():
+            if name.isupper() and isinstance(value, str) and value.count(".") >= 2:
+                paths.append(value)
+            if name == "EXTENSIONS":
+                paths += list(value)
+                assert value["crawlq.contrib.scrapy.SpiderState"] is not None
+                assert value["scrapy.extensions.spiderstate.SpiderState"] is None
+    assert "crawlq.contrib.scrapy.RedisLifoQueue" in paths
+    for path in paths:
+        module, _, name = path.rpartition(".")
+        assert getattr(importlib.import_module(module), name) is not None, path
