@@ -63,13 +63,20 @@ from ._scrapy_codec import Unserializable
 from ._scrapy_dupefilter import DupeFilter
 from ._scrapy_frontiers import crawlq_priority
 from ._scrapy_queues import FifoDiskQueue, LifoDiskQueue
+from ._scrapy_redis_queues import QueueCheckFailed, RedisFifoQueue, RedisLifoQueue, TransientError
 from ._scrapy_scheduler import Scheduler
+from ._scrapy_state import SpiderState
 
 __all__ = [
     "DupeFilter",
     "FifoDiskQueue",
     "LifoDiskQueue",
+    "QueueCheckFailed",
+    "RedisFifoQueue",
+    "RedisLifoQueue",
     "Scheduler",
+    "SpiderState",
+    "TransientError",
     "Unserializable",
     "crawlq_priority",
 ]
