@@ -415,7 +415,7 @@ class Frontier:
         Raises `SerializationError` naming a value that cannot be stored.
         """
         self._check_open()
-        _check_state(state)
+        check_state(state)
         self._store.save_state(state)
 
     def _check_open(self) -> None:
@@ -480,13 +480,20 @@ def _with_skipped(added: list[bool], skipped: list[int]) -> list[bool | None]:
     return out
 
 
-def _check_state(state: Mapping[str, Any]) -> None:
+def check_state(state: object, what: str = "state") -> None:
+    """Raise `SerializationError` unless ``state`` is a str-keyed mapping msgpack can store.
+
+    ``what`` names the state in the message (``spider.state`` for Scrapy).
+    """
     if not isinstance(state, Mapping):
-        raise SerializationError(f"state must be a mapping, not {type(state).__name__}")
+        raise SerializationError(f"{what} must be a mapping, not {type(state).__name__}")
     for key, value in state.items():
         if type(key) is not str:
-            raise SerializationError(f"state key {key!r} is not a str")
+            raise SerializationError(f"{what} key {key!r} is not a str")
         try:
             msgspec.msgpack.encode(value)
         except (TypeError, ValueError, OverflowError) as exc:
-            raise SerializationError(f"state[{key!r}] cannot be stored: {exc}") from None
+            raise SerializationError(
+                f"{what}[{key!r}] cannot be stored: {exc}; keep only msgpack-able "
+                "values (None, bool, int, float, str, bytes, lists and dicts of them)"
+            ) from None

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Final, Self
 import msgspec
 
 from .._errors import ConfigError, CorruptStore, CrawlqError, SerializationError
+from .._frontier import check_state
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -43,16 +44,7 @@ _FILE: Final = "crawlq-spider.state"
 def _encode(state: Any) -> bytes:
     if not isinstance(state, dict):
         raise SerializationError(f"spider.state must be a dict, not {type(state).__name__}")
-    for key, value in state.items():
-        if type(key) is not str:
-            raise SerializationError(f"spider.state key {key!r} is not a str")
-        try:
-            msgspec.msgpack.encode(value)
-        except (TypeError, ValueError, OverflowError) as exc:
-            raise SerializationError(
-                f"spider.state[{key!r}] cannot be stored: {exc}; keep only msgpack-able "
-                "values (None, bool, int, float, str, bytes, lists and dicts of them)"
-            ) from None
+    check_state(state, "spider.state")
     return msgspec.msgpack.encode(state)
 
 
