@@ -4,19 +4,29 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 import pytest
 
 import crawlq
 from crawlq import Request, Scheduler
+from tests.conftest import OpenFrontier
+
+Make = Callable[..., Scheduler]
 
 
-def make(**options: object) -> Scheduler:
-    maxsize = options.pop("maxsize", 0)
-    return Scheduler(crawlq.open_frontier(**options), maxsize=maxsize)  # type: ignore[arg-type]
+@pytest.fixture
+def make(open_store: OpenFrontier) -> Make:
+    """Schedulers over a fresh frontier on each store (SQLite and Redis use the store thread)."""
+
+    def make_(**options: object) -> Scheduler:
+        maxsize = options.pop("maxsize", 0)
+        return Scheduler(open_store(**options), maxsize=maxsize)  # type: ignore[arg-type]
+
+    return make_
 
 
-async def test_add_url_with_fields_and_get() -> None:
+async def test_add_url_with_fields_and_get(make: Make) -> None:
     async with make() as scheduler:
         assert await scheduler.add("https://a.example/", priority=3, meta={"k": 1})
         assert not await scheduler.add("https://a.example/")
@@ -27,13 +37,13 @@ async def test_add_url_with_fields_and_get() -> None:
         await asyncio.wait_for(scheduler.join(), 1)
 
 
-async def test_fields_with_a_request_object_are_refused() -> None:
+async def test_fields_with_a_request_object_are_refused(make: Make) -> None:
     async with make() as scheduler:
         with pytest.raises(crawlq.InvalidRequest):
             await scheduler.add(Request("https://a.example/"), priority=1)  # type: ignore[call-arg]
 
 
-async def test_get_waits_for_an_add() -> None:
+async def test_get_waits_for_an_add(make: Make) -> None:
     async with make() as scheduler:
         getter = asyncio.create_task(scheduler.get())
         await asyncio.sleep(0.01)
@@ -45,7 +55,7 @@ async def test_get_waits_for_an_add() -> None:
         assert scheduler.stats().waiting_consumers == 0
 
 
-async def test_get_nowait_raises_queue_empty() -> None:
+async def test_get_nowait_raises_queue_empty(make: Make) -> None:
     async with make() as scheduler:
         with pytest.raises(crawlq.QueueEmpty):
             scheduler.get_nowait()
@@ -53,7 +63,7 @@ async def test_get_nowait_raises_queue_empty() -> None:
             scheduler.get_nowait()
 
 
-async def test_get_waits_for_the_host_delay_without_spinning() -> None:
+async def test_get_waits_for_the_host_delay_without_spinning(make: Make) -> None:
     delay = 0.3
     async with make(host_delay=delay) as scheduler:
         await scheduler.add_many([Request("https://a.example/1"), Request("https://a.example/2")])
@@ -76,7 +86,7 @@ async def test_get_waits_for_the_host_delay_without_spinning() -> None:
         assert pops <= 3, f"get() polled the frontier {pops} times while waiting"
 
 
-async def test_waiting_getters_are_served_in_order() -> None:
+async def test_waiting_getters_are_served_in_order(make: Make) -> None:
     async with make() as scheduler:
         getters = [asyncio.create_task(scheduler.get()) for _ in range(3)]
         await asyncio.sleep(0)
@@ -86,7 +96,7 @@ async def test_waiting_getters_are_served_in_order() -> None:
         assert [r.url for r in results] == [f"https://h{i}.example/" for i in range(3)]
 
 
-async def test_task_done_frees_host_concurrency_for_a_waiter() -> None:
+async def test_task_done_frees_host_concurrency_for_a_waiter(make: Make) -> None:
     async with make(host_concurrency=1) as scheduler:
         await scheduler.add_many([Request("https://a.example/1"), Request("https://a.example/2")])
         first = await scheduler.get()
@@ -98,7 +108,7 @@ async def test_task_done_frees_host_concurrency_for_a_waiter() -> None:
         assert second.url == "https://a.example/2"
 
 
-async def test_expired_lease_wakes_a_waiting_getter() -> None:
+async def test_expired_lease_wakes_a_waiting_getter(make: Make) -> None:
     async with make(lease_timeout=0.2) as scheduler:
         await scheduler.add("https://a.example/")
         first = await scheduler.get()
@@ -109,7 +119,7 @@ async def test_expired_lease_wakes_a_waiting_getter() -> None:
 # -- cancellation ----------------------------------------------------------------
 
 
-async def test_cancelled_waiting_get_takes_nothing() -> None:
+async def test_cancelled_waiting_get_takes_nothing(make: Make) -> None:
     async with make() as scheduler:
         getter = asyncio.create_task(scheduler.get())
         await asyncio.sleep(0)
@@ -121,7 +131,7 @@ async def test_cancelled_waiting_get_takes_nothing() -> None:
         assert scheduler.get_nowait().url == "https://a.example/"
 
 
-async def test_get_cancelled_after_hand_off_puts_the_request_back() -> None:
+async def test_get_cancelled_after_hand_off_puts_the_request_back(make: Make) -> None:
     async with make() as scheduler:
         getter = asyncio.create_task(scheduler.get())
         await asyncio.sleep(0)  # parked in get()
@@ -134,7 +144,7 @@ async def test_get_cancelled_after_hand_off_puts_the_request_back() -> None:
         assert scheduler.get_nowait().url == "https://a.example/"
 
 
-async def test_hand_off_after_cancellation_goes_to_the_next_getter() -> None:
+async def test_hand_off_after_cancellation_goes_to_the_next_getter(make: Make) -> None:
     async with make() as scheduler:
         first = asyncio.create_task(scheduler.get())
         second = asyncio.create_task(scheduler.get())
@@ -148,7 +158,7 @@ async def test_hand_off_after_cancellation_goes_to_the_next_getter() -> None:
 
 
 @pytest.mark.parametrize("cancel_after", range(8))
-async def test_cancelling_at_every_step_loses_nothing(cancel_after: int) -> None:
+async def test_cancelling_at_every_step_loses_nothing(make: Make, cancel_after: int) -> None:
     """Cancel a consumer after N loop iterations, whatever it is doing then."""
     total = 20
     async with make(host_delay=0.002, host_concurrency=2) as scheduler:
@@ -183,7 +193,7 @@ async def test_cancelling_at_every_step_loses_nothing(cancel_after: int) -> None
 # -- backpressure ----------------------------------------------------------------
 
 
-async def test_maxsize_add_nowait_raises_and_add_waits() -> None:
+async def test_maxsize_add_nowait_raises_and_add_waits(make: Make) -> None:
     async with make(maxsize=2) as scheduler:
         scheduler.add_nowait("https://a.example/1")
         scheduler.add_nowait("https://b.example/2")
@@ -200,7 +210,7 @@ async def test_maxsize_add_nowait_raises_and_add_waits() -> None:
         scheduler.task_done(request)
 
 
-async def test_cancelled_add_passes_room_on() -> None:
+async def test_cancelled_add_passes_room_on(make: Make) -> None:
     async with make(maxsize=1) as scheduler:
         scheduler.add_nowait("https://a.example/1")
         first = asyncio.create_task(scheduler.add("https://b.example/2"))
@@ -216,7 +226,7 @@ async def test_cancelled_add_passes_room_on() -> None:
 # -- join and close --------------------------------------------------------------
 
 
-async def test_join_waits_for_in_flight_work() -> None:
+async def test_join_waits_for_in_flight_work(make: Make) -> None:
     async with make() as scheduler:
         await scheduler.add("https://a.example/")
         request = await scheduler.get()
@@ -227,12 +237,12 @@ async def test_join_waits_for_in_flight_work() -> None:
         await asyncio.wait_for(joiner, 1)
 
 
-async def test_join_returns_at_once_when_idle() -> None:
+async def test_join_returns_at_once_when_idle(make: Make) -> None:
     async with make() as scheduler:
         await asyncio.wait_for(scheduler.join(), 1)
 
 
-async def test_close_wakes_every_waiter_with_scheduler_closed() -> None:
+async def test_close_wakes_every_waiter_with_scheduler_closed(make: Make) -> None:
     scheduler = make(maxsize=1, host_concurrency=1)
     scheduler.add_nowait("https://a.example/1")
     request = scheduler.get_nowait()
@@ -260,13 +270,13 @@ async def test_close_wakes_every_waiter_with_scheduler_closed() -> None:
     assert len(scheduler.frontier) == 1
 
 
-async def test_task_done_of_foreign_request_is_a_lease_error() -> None:
+async def test_task_done_of_foreign_request_is_a_lease_error(make: Make) -> None:
     async with make() as scheduler:
         with pytest.raises(crawlq.LeaseError):
             scheduler.task_done(Request("https://a.example/"))
 
 
-async def test_stats_is_a_frozen_snapshot_with_hosts_on_request() -> None:
+async def test_stats_is_a_frozen_snapshot_with_hosts_on_request(make: Make) -> None:
     async with make() as scheduler:
         await scheduler.add_many([Request("https://a.example/1"), Request("https://a.example/2")])
         await scheduler.add("https://b.example/1")
@@ -296,14 +306,14 @@ async def test_stats_is_a_frozen_snapshot_with_hosts_on_request() -> None:
         ]
 
 
-async def test_scheduler_needs_a_frontier() -> None:
+async def test_scheduler_needs_a_frontier(make: Make) -> None:
     with pytest.raises(crawlq.ConfigError):
         Scheduler("memory://")  # type: ignore[arg-type]
     with pytest.raises(crawlq.ConfigError):
         Scheduler(crawlq.open_frontier(), maxsize=-1)
 
 
-async def test_many_workers_crawl_everything_once() -> None:
+async def test_many_workers_crawl_everything_once(make: Make) -> None:
     async with make(host_concurrency=2, host_delay=0.001) as scheduler:
         fetched: list[str] = []
 
@@ -332,7 +342,7 @@ async def test_many_workers_crawl_everything_once() -> None:
 # -- batches with links and acks -------------------------------------------------
 
 
-async def test_add_many_takes_urls_acks_the_page_and_skips_bad_links() -> None:
+async def test_add_many_takes_urls_acks_the_page_and_skips_bad_links(make: Make) -> None:
     async with make(host_concurrency=1) as scheduler:
         assert await scheduler.add_many(["https://a.example/"]) == [True]
         page = await scheduler.get()
@@ -357,7 +367,7 @@ async def test_add_many_takes_urls_acks_the_page_and_skips_bad_links() -> None:
         await asyncio.wait_for(scheduler.join(), 1)
 
 
-async def test_add_many_after_close_acks_nothing() -> None:
+async def test_add_many_after_close_acks_nothing(make: Make) -> None:
     scheduler = make()
     await scheduler.add("https://a.example/")
     page = await scheduler.get()
@@ -373,6 +383,7 @@ async def test_add_many_after_close_acks_nothing() -> None:
 
 
 async def test_a_worker_that_raises_is_logged_released_and_fails_join(
+    make: Make,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     async with make() as scheduler:
@@ -407,7 +418,7 @@ async def test_a_worker_that_raises_is_logged_released_and_fails_join(
         await asyncio.wait_for(scheduler.join(), 1)
 
 
-async def test_a_failure_before_join_is_raised_by_the_next_join() -> None:
+async def test_a_failure_before_join_is_raised_by_the_next_join(make: Make) -> None:
     async with make() as scheduler:
         await scheduler.add("https://a.example/")
 
@@ -424,6 +435,7 @@ async def test_a_failure_before_join_is_raised_by_the_next_join() -> None:
 
 
 async def test_a_worker_cancelled_holding_a_request_releases_it(
+    make: Make,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level("INFO", logger="crawlq")
@@ -450,7 +462,7 @@ async def test_a_worker_cancelled_holding_a_request_releases_it(
         await asyncio.wait_for(scheduler.join(), 1)
 
 
-async def test_a_task_that_returns_a_request_passes_it_on() -> None:
+async def test_a_task_that_returns_a_request_passes_it_on(make: Make) -> None:
     async with make() as scheduler:
         await scheduler.add("https://a.example/")
         # On Python 3.11, wait_for runs get() in a task of its own, which ends.
@@ -461,7 +473,9 @@ async def test_a_task_that_returns_a_request_passes_it_on() -> None:
         await asyncio.wait_for(scheduler.join(), 1)
 
 
-async def test_join_says_so_when_every_worker_is_gone(caplog: pytest.LogCaptureFixture) -> None:
+async def test_join_says_so_when_every_worker_is_gone(
+    make: Make, caplog: pytest.LogCaptureFixture
+) -> None:
     async with make() as scheduler:
         await scheduler.add_many(["https://a.example/1", "https://a.example/2"])
 
@@ -486,7 +500,9 @@ async def test_join_says_so_when_every_worker_is_gone(caplog: pytest.LogCaptureF
         joiner.cancel()
 
 
-async def test_stopping_workers_then_closing_is_quiet(caplog: pytest.LogCaptureFixture) -> None:
+async def test_stopping_workers_then_closing_is_quiet(
+    make: Make, caplog: pytest.LogCaptureFixture
+) -> None:
     async with make() as scheduler:
         await scheduler.add_many(["https://a.example/1", "https://a.example/2"])
 
@@ -509,7 +525,7 @@ async def test_stopping_workers_then_closing_is_quiet(caplog: pytest.LogCaptureF
         assert [r for r in caplog.records if r.levelname == "WARNING"] == []
 
 
-async def test_workers_adding_their_links_never_deadlock_on_maxsize() -> None:
+async def test_workers_adding_their_links_never_deadlock_on_maxsize(make: Make) -> None:
     """Every worker holds a page and adds its links to a full queue: none may wait,
     or nobody is left to make room. Producers holding nothing still wait."""
     async with make(maxsize=2) as scheduler:
@@ -539,7 +555,7 @@ async def test_workers_adding_their_links_never_deadlock_on_maxsize() -> None:
         await asyncio.gather(*workers, return_exceptions=True)
 
 
-async def test_a_producer_holding_nothing_still_waits_for_room() -> None:
+async def test_a_producer_holding_nothing_still_waits_for_room(make: Make) -> None:
     async with make(maxsize=1) as scheduler:
         scheduler.add_nowait("https://a.example/1")
         adder = asyncio.create_task(scheduler.add_many(["https://b.example/2"]))

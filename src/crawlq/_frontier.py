@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -16,7 +17,7 @@ from ._policy import Policy
 from ._request import MAX_URL_LENGTH, Request, check_encodable, encode_request
 from .stores.base import Entry, HostCount, Store
 
-__all__ = ["Frontier", "FrontierStats", "HostCount", "Invalid"]
+__all__ = ["Frontier", "FrontierStats", "HostCount", "Invalid", "with_skipped"]
 
 _SLOT_KEY: Final = "download_slot"
 
@@ -53,11 +54,20 @@ class Frontier:
     without waiting for a request to become ready; `Scheduler` is the asyncio
     layer that waits. See ``crawlq.stores.base`` for the semantics every store
     shares.
+
+    Threads: the reading and bookkeeping methods (`stats`, ``len()``,
+    `next_ready_in`, `seen_many`, `flush`, the state methods, `close`) take
+    the frontier's lock, so any thread may call them while a `Scheduler`
+    works the store on its own thread. The per-request methods (`add`,
+    `add_many`, `pop`, `ack`, `release`) do not (a lock would cost the memory
+    store a tenth of its speed): call them from one thread at a time, and
+    through the scheduler while one runs.
     """
 
     __slots__ = (
         "_closed",
         "_fingerprinter",
+        "_lock",
         "_max_url_length",
         "_needs_payload",
         "_origin",
@@ -87,6 +97,8 @@ class Frontier:
         self._origin = store.origin
         self._closed = False
         self._skipped = 0
+        # Held by a Scheduler's store thread for each of its batches of calls.
+        self._lock = threading.RLock()
         self.policy = policy
         self.url = url
 
@@ -214,6 +226,33 @@ class Frontier:
         """
         if self._closed:
             raise FrontierClosed(f"frontier {self.url} is closed")
+        entries, skipped = self._prepare(requests, fingerprints, invalid)
+        finished: Sequence[object] = ()
+        if ack is not None:
+            finished = self._leases((ack,) if isinstance(ack, Request) else ack)
+        if lifo is not None and lifo is not self.policy.lifo:
+            if type(lifo) is not bool:
+                raise InvalidRequest(f"lifo must be True, False or None, not {lifo!r}")
+            added = self._store.add(entries, finished, lifo=lifo) if entries or finished else []
+        elif not entries and not finished:
+            added = []
+        else:
+            added = self._store.add(entries, finished)
+        if not skipped:
+            return added
+        self._skipped += len(skipped)
+        return with_skipped(added, skipped)
+
+    def _prepare(
+        self,
+        requests: Iterable[Request | str],
+        fingerprints: Sequence[bytes] | None,
+        invalid: Invalid,
+    ) -> tuple[list[Entry], list[int] | None]:
+        """A batch's store entries, and the positions skipped (``invalid="skip"``).
+
+        Raises `InvalidRequest` as `add_many` says; nothing is stored here.
+        """
         skipped: list[int] | None = None
         if invalid == "raise":
             if fingerprints is None:
@@ -231,21 +270,30 @@ class Frontier:
             entries, skipped = self._entries_skipping(requests, fingerprints)
         else:
             raise InvalidRequest(f"invalid must be 'raise' or 'skip', not {invalid!r}")
-        finished: Sequence[object] = ()
-        if ack is not None:
-            finished = self._leases((ack,) if isinstance(ack, Request) else ack)
-        if lifo is not None and lifo is not self.policy.lifo:
-            if type(lifo) is not bool:
-                raise InvalidRequest(f"lifo must be True, False or None, not {lifo!r}")
-            added = self._store.add(entries, finished, lifo=lifo) if entries or finished else []
-        elif not entries and not finished:
-            added = []
+        return entries, skipped
+
+    def _write(self, entries: list[Entry], leases: Sequence[Lease]) -> list[bool]:
+        """Store prepared entries and end leases in one store operation (for `Scheduler`)."""
+        self._check_open()
+        return self._store.add(entries, leases) if entries or leases else []
+
+    def _finish(self, leases: Sequence[Lease], *, done: bool) -> None:
+        """Ack (``done``) or release checked leases (for `Scheduler`)."""
+        self._check_open()
+        if done:
+            self._store.ack(leases)
         else:
-            added = self._store.add(entries, finished)
-        if not skipped:
-            return added
-        self._skipped += len(skipped)
-        return _with_skipped(added, skipped)
+            self._store.release(leases)
+
+    def _counts(self) -> tuple[int, int]:
+        """Queued and leased now (for `Scheduler`)."""
+        self._check_open()
+        counts = self._store.counts()
+        return counts.queued, counts.leased
+
+    def _count_skipped(self, skipped: list[int] | None) -> None:
+        if skipped:
+            self._skipped += len(skipped)
 
     def _entries_skipping(
         self, requests: Iterable[Request | str], fingerprints: Sequence[bytes] | None
@@ -294,7 +342,8 @@ class Frontier:
                 )
         if not fingerprints:
             return []
-        return self._store.seen([fingerprint[:16] for fingerprint in fingerprints])
+        with self._lock:
+            return self._store.seen([fingerprint[:16] for fingerprint in fingerprints])
 
     def pop(self) -> Request | None:
         """Lease and return the next ready request; None if none is ready now.
@@ -368,35 +417,40 @@ class Frontier:
         """
         if self._closed:
             raise FrontierClosed(f"frontier {self.url} is closed")
-        self._store.flush()
+        with self._lock:
+            self._store.flush()
 
     def next_ready_in(self) -> float | None:
         """Seconds until `pop` may return a request (0.0: now; None: only after an add)."""
         if self._closed:
             raise FrontierClosed(f"frontier {self.url} is closed")
-        return self._store.next_ready_in()
+        with self._lock:
+            return self._store.next_ready_in()
 
     def __len__(self) -> int:
         """Queued plus leased requests."""
-        counts = self._store.counts()
+        with self._lock:
+            counts = self._store.counts()
         return counts.queued + counts.leased
 
     def stats(self, *, hosts: bool | int = False) -> FrontierStats:
         """Return counts from the store; ``hosts=True`` (or a limit) adds per-host counts."""
         if self._closed:
             raise FrontierClosed(f"frontier {self.url} is closed")
-        counts = self._store.counts()
-        per_host = None
-        if hosts:
-            limit = 50 if hosts is True else int(hosts)
-            per_host = tuple(self._store.host_counts(limit))
+        with self._lock:
+            counts = self._store.counts()
+            per_host = None
+            if hosts:
+                limit = 50 if hosts is True else int(hosts)
+                per_host = tuple(self._store.host_counts(limit))
+            extra = self._store.extra_stats()
         return FrontierStats(
             counts.queued,
             counts.leased,
             counts.seen,
             self.url,
             per_host,
-            self._store.extra_stats(),
+            extra,
             self._skipped,
         )
 
@@ -407,7 +461,8 @@ class Frontier:
         the life of the frontier.
         """
         self._check_open()
-        return self._store.load_state()
+        with self._lock:
+            return self._store.load_state()
 
     def save_state(self, state: Mapping[str, Any]) -> None:
         """Replace the crawler's key/value state; values must be msgpack-able.
@@ -416,7 +471,8 @@ class Frontier:
         """
         self._check_open()
         check_state(state)
-        self._store.save_state(state)
+        with self._lock:
+            self._store.save_state(state)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -429,9 +485,10 @@ class Frontier:
 
     def close(self) -> None:
         """Close the store. Durable state stays; closing twice does nothing."""
-        if not self._closed:
-            self._closed = True
-            self._store.close()
+        with self._lock:  # after a Scheduler's store call in flight, never during it
+            if not self._closed:
+                self._closed = True
+                self._store.close()
 
     def __enter__(self) -> Frontier:
         return self
@@ -465,7 +522,7 @@ def _check_fingerprint_count(fingerprints: Sequence[bytes], batch: list[Any]) ->
         raise InvalidRequest(f"{len(fingerprints)} fingerprints given for {len(batch)} requests")
 
 
-def _with_skipped(added: list[bool], skipped: list[int]) -> list[bool | None]:
+def with_skipped(added: list[bool], skipped: list[int]) -> list[bool | None]:
     """``added`` with None put back at each skipped position (ascending)."""
     out: list[bool | None] = []
     results = iter(added)

@@ -34,10 +34,13 @@ OnEnd = Callable[[WorkerFailed | None, bool], None]
 class Holdings:
     """Requests held per task, released when their task dies; see the module doc."""
 
-    __slots__ = ("_frontier", "_held", "_holders", "_on_end")
+    __slots__ = ("_frontier", "_held", "_holders", "_on_end", "_release_one")
 
-    def __init__(self, frontier: Frontier, on_end: OnEnd) -> None:
+    def __init__(
+        self, frontier: Frontier, release: Callable[[Request], None], on_end: OnEnd
+    ) -> None:
         self._frontier = frontier
+        self._release_one = release
         self._on_end = on_end
         # id(request) -> task, and each task's requests by id.
         self._holders: dict[int, asyncio.Task[Any]] = {}
@@ -109,7 +112,7 @@ class Holdings:
             if self._frontier.closed:
                 break
             try:
-                self._frontier.release(request)
+                self._release_one(request)
             except CrawlqError:
                 continue  # finished another way (acked through the frontier)
             released.append(request)

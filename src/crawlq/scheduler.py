@@ -16,6 +16,19 @@ frontier says its next request becomes ready. On a shared store (Redis) other
 workers add and ack unseen, so the timer also fires every half second while
 coroutines wait.
 
+A store that does I/O (SQLite, Redis) is never called on the event loop by
+the coroutine methods (``get``, ``add``, ``add_many``, ``join``) nor by
+``task_done`` and ``release``: their calls go, batched, to the frontier's own
+thread (see `crawlq._store_thread`), so a commit, a round trip or a Redis
+retry never stalls the loop, and calls that arrive while one batch is in
+flight share the next commit or round trip. ``task_done`` and ``release``
+return at once; their write follows with the next batch (an error is retried
+there; if it never succeeds the lease expires and the request comes back,
+as at-least-once allows). The plain methods that answer at once
+(``add_nowait``, ``get_nowait``, ``stats``, ``qsize``) call the store on
+the calling thread, after the batch in flight. The memory store is called
+directly: it never blocks.
+
 A worker that dies is never silent: when a task ends with an exception while
 holding requests from ``get`` (see `Holdings`), they are released, an error
 naming them is logged on the ``crawlq`` logger, and ``join`` raises
@@ -25,9 +38,12 @@ naming them is logged on the ``crawlq`` logger, and ``join`` raises
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import functools
 from collections import deque
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, overload
@@ -40,9 +56,10 @@ from ._errors import (
     SchedulerClosed,
     WorkerFailed,
 )
-from ._frontier import Frontier, Invalid
+from ._frontier import Frontier, Invalid, with_skipped
 from ._holdings import Holdings, logger
 from ._request import Request
+from ._store_thread import Add, Batch, Outcome, run_batch
 from .stores.base import HostCount
 
 __all__ = ["Scheduler", "SchedulerStats"]
@@ -103,8 +120,23 @@ class Scheduler:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
         self._closed = False
-        self._holdings = Holdings(frontier, self._on_worker_end)
+        self._holdings = Holdings(frontier, self._release_held, self._on_worker_end)
         self._failure: WorkerFailed | None = None
+        # A store that does I/O is called on a thread of its own, in batches.
+        self._executor: ThreadPoolExecutor | None = None
+        self._threaded = frontier.durable or frontier.shared
+        self._batch = Batch()  # what waits for the next batch
+        self._in_flight = False  # a batch is running on the store thread
+        self._flight: concurrent.futures.Future[Outcome] | None = None
+        self._kicked = False  # a batch is about to start
+        self._look = False  # the frontier may have changed: pop for waiting getters
+        self._want_counts = False
+        self._quiet: asyncio.Event | None = None  # set while no batch is in flight
+        self._queued = self._leased = 0  # counts read by the latest batch
+        self._counts_read = 0  # times the counts were read on the loop's thread
+        if self._threaded:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="crawlq-store")
+            self._queued, self._leased = frontier._counts()
 
     @property
     def frontier(self) -> Frontier:
@@ -129,22 +161,30 @@ class Scheduler:
         return request
 
     def _full(self) -> bool:
-        return self._maxsize > 0 and self._frontier.stats().queued >= self._maxsize
+        if self._maxsize <= 0:
+            return False
+        if self._threaded:
+            return self._queued >= self._maxsize  # as the latest batch read it
+        return self._frontier.stats().queued >= self._maxsize
 
     def add_nowait(self, request: Request | str, **fields: Any) -> bool:
         """Add a request (or a URL with `Request` keyword fields) without waiting.
 
         Returns False for a duplicate. Raises `QueueFull` if ``maxsize``
         requests are queued, `SchedulerClosed` after ``close()``, and what
-        `Frontier.add` raises.
+        `Frontier.add` raises. With a store that does I/O, the write happens
+        here, on the calling thread (``await add()`` does it on the store's).
         """
         self._check_open()
         request = self._request(request, fields)
-        if self._full():
-            raise QueueFull(
-                f"{self._maxsize} requests are queued (maxsize); await add() to wait for room"
-            )
-        added = self._frontier.add(request)
+        self._sync_point()
+        with self._frontier._lock:
+            if self._maxsize > 0 and self._frontier._counts()[0] >= self._maxsize:
+                raise QueueFull(
+                    f"{self._maxsize} requests are queued (maxsize); await add() to wait for room"
+                )
+            added = self._frontier.add(request)
+            self._read_counts()
         if added:
             self._changed()
         return added
@@ -156,6 +196,8 @@ class Scheduler:
         scheduler is or gets closed, and what `Frontier.add` raises.
         """
         request = self._request(request, fields)
+        if self._threaded:
+            return (await self.add_many((request,)))[0]
         await self._wait_for_room()
         added = self._frontier.add(request)
         if added:
@@ -197,7 +239,9 @@ class Scheduler:
         ack=request)`` replaces ``task_done(request)``. With ``maxsize``,
         waits until the queue is below it, then adds the whole batch (which
         may take it past ``maxsize`` by the batch size); a task that holds
-        requests from `get` (a worker adding a page's links) never waits. Raises
+        requests from `get` (a worker adding a page's links) never waits.
+        With a store that does I/O, returns once the batch is durable (it may
+        share its commit or round trip with other coroutines' calls). Raises
         `SchedulerClosed` if the scheduler is or gets closed (nothing is
         added or acked then), and what `Frontier.add_many` raises.
         """
@@ -206,12 +250,42 @@ class Scheduler:
         if ack is not None:
             acked = (ack,) if isinstance(ack, Request) else tuple(ack)
         await self._wait_for_room()
-        added = self._frontier.add_many(batch, ack=acked or None, invalid=invalid)
+        if self._threaded:
+            added = await self._add_on_thread(batch, acked, invalid)
+        else:
+            added = self._frontier.add_many(batch, ack=acked or None, invalid=invalid)
         for request in acked:
             self._holdings.forget(request)
-        if acked or any(added):
+        if not self._threaded and (acked or any(added)):
             self._changed()
         return added
+
+    async def _add_on_thread(
+        self, batch: list[Request | str], acked: tuple[Request, ...], invalid: Invalid
+    ) -> list[bool] | list[bool | None]:
+        frontier = self._frontier
+        frontier._check_open()
+        entries, skipped = frontier._prepare(batch, None, invalid)
+        leases = frontier._leases(acked) if acked else ()
+        if not entries and not leases:
+            added: list[bool] = []
+        else:
+            future: asyncio.Future[list[bool]] = asyncio.get_running_loop().create_future()
+            add = Add(entries, leases, future)
+            self._batch.adds.append(add)
+            self._changed()
+            try:
+                added = await future
+            except asyncio.CancelledError:
+                # Not sent yet: withdrawn. In flight: it happens anyway (the
+                # task's held requests are released after it: a no-op then).
+                with contextlib.suppress(ValueError):
+                    self._batch.adds.remove(add)
+                raise
+        if not skipped:
+            return added
+        frontier._count_skipped(skipped)
+        return with_skipped(added, skipped)
 
     async def _wait_for_room(self) -> None:
         self._check_open()
@@ -236,9 +310,15 @@ class Scheduler:
     # -- getting --------------------------------------------------------------
 
     def get_nowait(self) -> Request:
-        """Return the next ready request, leased. Raises `QueueEmpty` if none is ready."""
+        """Return the next ready request, leased. Raises `QueueEmpty` if none is ready.
+
+        With a store that does I/O, the pop happens here, on the calling thread.
+        """
         self._check_open()
-        request = self._frontier.pop()
+        self._sync_point()
+        with self._frontier._lock:
+            request = self._frontier.pop()
+            self._read_counts()
         if request is None:
             raise QueueEmpty("no request is ready now")
         self._wake_adders()
@@ -250,13 +330,14 @@ class Scheduler:
 
         Mark it done with `task_done` (or put it back with `release`). Waits
         for a paced host's delay without polling. Raises `SchedulerClosed` if
-        the scheduler is or gets closed. If the waiting coroutine is cancelled
-        after a request was handed to it, the request is released back.
+        the scheduler is or gets closed, and the store's error when a pop
+        fails. If the waiting coroutine is cancelled after a request was
+        handed to it, the request is released back.
         """
         loop = asyncio.get_running_loop()
         while True:
             self._check_open()
-            if not self._getters:
+            if not self._getters and not self._threaded:
                 request = self._frontier.pop()
                 if request is not None:
                     self._wake_adders()
@@ -264,7 +345,10 @@ class Scheduler:
                     return request
             future: asyncio.Future[Request | None] = loop.create_future()
             self._getters.append(future)
-            self._arm_timer()
+            if self._threaded:
+                self._changed()
+            else:
+                self._arm_timer(self._frontier.next_ready_in())
             try:
                 delivered = await future
             except BaseException:
@@ -332,11 +416,15 @@ class Scheduler:
             request = future.result()
             if request is not None and not self._frontier.closed:
                 # Handed over, then cancelled before it could return: put back.
-                self._frontier.release(request)
+                self._finish(request, done=False)
                 self._changed()
 
     def _changed(self) -> None:
         """The frontier may have a request ready: hand it to waiting getters."""
+        if self._threaded:
+            self._look = True
+            self._kick()
+            return
         getters = self._getters
         while getters:
             future = getters[0]
@@ -349,13 +437,14 @@ class Scheduler:
             getters.popleft()
             future.set_result(request)
             self._wake_adders()
-        self._arm_timer()
+        if getters:
+            self._arm_timer(self._frontier.next_ready_in())
         self._check_idle()
 
-    def _arm_timer(self) -> None:
+    def _arm_timer(self, delay: float | None) -> None:
+        """Wake the getters after ``delay`` (the store's next ready time)."""
         if not self._getters or self._closed:
             return
-        delay = self._frontier.next_ready_in()
         if self._frontier.shared:
             # Other workers add and ack where this one cannot see it happen.
             delay = _SHARED_POLL if delay is None else min(delay, _SHARED_POLL)
@@ -383,7 +472,171 @@ class Scheduler:
                 future.set_result(None)
                 return
 
+    # -- the store thread -----------------------------------------------------
+
+    def _kick(self) -> None:
+        """Have the next batch start soon (coroutines ready now join it)."""
+        if self._kicked or self._in_flight:
+            return
+        if self._executor is None:  # closed: finish what is left here
+            self._run_here()
+            return
+        self._kicked = True
+        asyncio.get_running_loop().call_soon(self._start_batch)
+
+    def _take_batch(self) -> Batch:
+        batch, self._batch = self._batch, Batch()
+        live = sum(1 for future in self._getters if not future.done())
+        if live and (self._look or batch):
+            batch.pops = live
+            batch.ready = True
+        self._look = False
+        batch.counts = self._maxsize > 0 or self._want_counts or bool(self._joiners)
+        batch.counts_read = self._counts_read
+        self._want_counts = False
+        return batch
+
+    def _start_batch(self) -> None:
+        self._kicked = False
+        if self._in_flight or self._executor is None:
+            return
+        batch = self._take_batch()
+        if not batch:
+            return
+        self._in_flight = True
+        if self._quiet is not None:
+            self._quiet.clear()
+        self._flight = self._executor.submit(run_batch, self._frontier, batch)
+        done = asyncio.wrap_future(self._flight)
+        done.add_done_callback(functools.partial(self._batch_done, batch))
+
+    def _batch_done(self, batch: Batch, done: asyncio.Future[Outcome]) -> None:
+        self._in_flight = False
+        self._flight = None
+        if self._quiet is not None:
+            self._quiet.set()
+        try:
+            outcome = done.result()
+        except Exception as exc:  # a bug, not a store error: say so everywhere
+            logger.error("crawlq's store thread failed: %r", exc, exc_info=exc)
+            self._fail(batch, exc)
+            return
+        self._settle(batch, outcome)
+        if self._batch or self._want_counts or (self._look and self._getters):
+            self._kick()
+
+    def _run_here(self) -> None:
+        """Do the waiting batch on this thread (after ``close()``: no store thread)."""
+        batch = self._take_batch()
+        if batch:
+            self._settle(batch, run_batch(self._frontier, batch))
+
+    def _sync_point(self) -> None:
+        """Before a call that answers at once: let the batch in flight end, write acks now.
+
+        The store thread may not have started the batch yet: waiting for it
+        here (not only for the frontier's lock) keeps calls in order.
+        """
+        if not self._threaded:
+            return
+        if self._flight is not None:
+            concurrent.futures.wait((self._flight,))
+        batch = self._batch
+        if batch.acks or batch.releases:
+            now = Batch(acks=batch.acks, releases=batch.releases)
+            batch.acks, batch.releases = [], []
+            self._settle(now, run_batch(self._frontier, now))
+
+    def _read_counts(self) -> None:
+        """Refresh the counts ``maxsize`` is checked against (under the frontier's lock)."""
+        if self._threaded and self._maxsize > 0:
+            self._queued, self._leased = self._frontier._counts()
+            self._counts_read += 1  # a batch in flight now brings older counts
+
+    def _fail(self, batch: Batch, exc: Exception) -> None:
+        for add in batch.adds:
+            if not add.future.done():
+                add.future.set_exception(exc)
+        for getter in self._getters:
+            if not getter.done():
+                getter.set_exception(exc)
+        self._getters.clear()
+
+    def _settle(self, batch: Batch, out: Outcome) -> None:
+        """Hand a batch's results to the coroutines that asked for them."""
+        for index, add in enumerate(batch.adds):
+            if add.future.done():
+                continue
+            if out.added is not None:
+                add.future.set_result(out.added[index])
+            elif out.add_error is not None:
+                add.future.set_exception(out.add_error)
+        self._retry_writes(out)
+        getters = self._getters
+        for request in out.popped:
+            while getters and getters[0].done():
+                getters.popleft()
+            if getters:
+                getters.popleft().set_result(request)
+            else:  # its getter was cancelled meanwhile
+                self._finish(request, done=False)
+        if out.pop_error is not None:
+            while getters:
+                getter = getters.popleft()
+                if not getter.done():
+                    getter.set_exception(out.pop_error)
+        if out.counts is not None and batch.counts_read == self._counts_read:
+            self._queued, self._leased = out.counts
+        if out.popped or out.counts is not None:
+            self._wake_adders()
+        if out.counts_error is not None:
+            while self._joiners:
+                joiner = self._joiners.popleft()
+                if not joiner.done():
+                    joiner.set_exception(out.counts_error)
+        elif out.counts is not None and not self._batch:
+            self._check_idle()  # nothing left to write: the counts are the truth
+        if batch.ready and getters:
+            self._arm_timer(out.ready_in)
+
+    def _retry_writes(self, out: Outcome) -> None:
+        if not (out.unwritten_acks or out.unwritten_releases):
+            return
+        if self._frontier.closed:
+            logger.info(
+                "%d acks and %d releases not written: the frontier was closed; "
+                "their requests come back when their leases expire",
+                len(out.unwritten_acks),
+                len(out.unwritten_releases),
+            )
+            return
+        logger.warning(
+            "writing %d acks and %d releases failed (%s); tried again with the next batch",
+            len(out.unwritten_acks),
+            len(out.unwritten_releases),
+            out.write_error,
+        )
+        self._batch.acks[:0] = out.unwritten_acks
+        self._batch.releases[:0] = out.unwritten_releases
+
     # -- finishing ------------------------------------------------------------
+
+    def _finish(self, request: Request, *, done: bool) -> None:
+        """Ack (``done``) or release a request now, or with the next batch."""
+        if not self._threaded:
+            if done:
+                self._frontier.ack(request)
+            else:
+                self._frontier.release(request)
+            return
+        leases = self._frontier._leases((request,))
+        (self._batch.acks if done else self._batch.releases).extend(leases)
+
+    def _release_held(self, request: Request) -> None:
+        """Release a request whose task died (for `Holdings`)."""
+        self._finish(request, done=False)
+        if self._threaded:
+            self._changed()
 
     def task_done(self, request: Request) -> None:
         """Mark a request returned by `get` as done (acks its lease).
@@ -392,9 +645,10 @@ class Scheduler:
         handed out. Works after ``close()``, so in-flight work can finish.
         Finish requests from `get` through the scheduler (this, `release` or
         ``add_many(..., ack=)``), not through the frontier: the scheduler
-        keeps track of which task holds each one.
+        keeps track of which task holds each one. With a store that does I/O
+        the ack is written with the scheduler's next batch of store calls.
         """
-        self._frontier.ack(request)
+        self._finish(request, done=True)
         self._holdings.forget(request)
         self._changed()
 
@@ -405,7 +659,7 @@ class Scheduler:
         (it is handed out again, in its place). Works after ``close()``.
         Raises `LeaseError` for a request this frontier never handed out.
         """
-        self._frontier.release(request)
+        self._finish(request, done=False)
         self._holdings.forget(request)
         self._changed()
 
@@ -424,19 +678,28 @@ class Scheduler:
             if failure is not None:
                 self._failure = None
                 raise failure
-            if not self._busy():
+            if not self._threaded and not self._busy():
                 return
             future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._joiners.append(future)
+            if self._threaded:
+                self._want_counts = True
+                self._kick()
             try:
                 await future
             finally:
                 if not future.done():
                     future.cancel()
+            if self._threaded:
+                return
 
     def _busy(self) -> bool:
-        stats = self._frontier.stats()
-        return stats.leased > 0 if self._closed else stats.queued + stats.leased > 0
+        if self._threaded:
+            queued, leased = self._queued, self._leased
+        else:
+            stats = self._frontier.stats()
+            queued, leased = stats.queued, stats.leased
+        return leased > 0 if self._closed else queued + leased > 0
 
     def _check_idle(self) -> None:
         if self._joiners and not self._busy():
@@ -456,7 +719,10 @@ class Scheduler:
 
         New ``add`` and ``get`` calls raise `SchedulerClosed`; `task_done` and
         `join` still work so in-flight requests can finish. The frontier stays
-        open. Closing twice does nothing.
+        open. With a store that does I/O, waits for the batch in flight and
+        writes the acks and releases still waiting (adds not yet sent get
+        `SchedulerClosed`), then stops the store thread. Closing twice does
+        nothing.
         """
         if self._closed:
             return
@@ -464,11 +730,24 @@ class Scheduler:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        closed = SchedulerClosed("the scheduler was closed")
         for waiters in (self._getters, self._adders, self._joiners):
             while waiters:
                 future = waiters.popleft()
                 if not future.done():
-                    future.set_exception(SchedulerClosed("the scheduler was closed"))
+                    future.set_exception(closed)
+        for add in self._batch.adds:
+            if not add.future.done():
+                add.future.set_exception(closed)
+        self._batch.adds.clear()
+        if self._executor is not None:
+            self._quiet = asyncio.Event()
+            while self._in_flight:
+                self._quiet.clear()
+                await self._quiet.wait()
+            executor, self._executor = self._executor, None
+            executor.shutdown(wait=False)
+            self._run_here()
 
     @property
     def closed(self) -> bool:
@@ -477,10 +756,14 @@ class Scheduler:
 
     def qsize(self) -> int:
         """Queued requests (not counting those in flight)."""
-        return self._frontier.stats().queued
+        return self.stats().queued
 
     def stats(self, *, hosts: bool | int = False) -> SchedulerStats:
-        """Return a snapshot; ``hosts=True`` (or a limit) adds per-host counts."""
+        """Return a snapshot; ``hosts=True`` (or a limit) adds per-host counts.
+
+        Reads the store on the calling thread (after the batch in flight).
+        """
+        self._sync_point()
         frontier = self._frontier.stats(hosts=hosts)
         waiting = sum(1 for future in self._getters if not future.done())
         return SchedulerStats(
