@@ -114,9 +114,11 @@ class Tmux:
 
     def start(self, name: str, command: str) -> None:
         """Run ``command`` in a new 220x60 session ``name`` (the previous one is closed)."""
+        # The new session first: killing the server's last session stops the
+        # server, and a new-session racing with that exit fails.
+        self.run("new-session", "-d", "-s", name, "-x", "220", "-y", "60", command)
         if self.session:
             self.run("kill-session", "-t", self.session)
-        self.run("new-session", "-d", "-s", name, "-x", "220", "-y", "60", command)
         self.session = name
 
     def screen(self) -> str:

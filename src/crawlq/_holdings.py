@@ -15,16 +15,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._errors import CrawlqError, SchedulerClosed, WorkerFailed
 from ._frontier import Frontier
 from ._request import Request
 
-__all__ = ["Holdings", "logger"]
+__all__ = ["Holdings", "WorkerWatch", "logger"]
 
 logger = logging.getLogger("crawlq")
+
+# Seconds after the last worker ended before a waiting join() warns about it.
+_UNATTENDED_GRACE = 1.0
 
 #: Called when a watched task ended: the failure to raise from ``join`` (None
 #: if it did not fail), and whether requests were released.
@@ -117,3 +121,66 @@ class Holdings:
                 continue  # finished another way (acked through the frontier)
             released.append(request)
         return released
+
+
+class WorkerWatch:
+    """The part of `Scheduler` that reacts to a task that took requests ending."""
+
+    _frontier: Frontier
+    _holdings: Holdings
+    _closed: bool
+    _getters: deque[asyncio.Future[Request | None]]
+    _joiners: deque[asyncio.Future[None]]
+    _failure: WorkerFailed | None
+
+    if TYPE_CHECKING:
+
+        def _changed(self) -> None: ...
+        def _busy(self) -> bool: ...
+
+    def _on_worker_end(self, failure: WorkerFailed | None, released: bool) -> None:
+        """A task that took requests ended (see `Holdings`): wake whoever must know."""
+        if released and not self._closed:
+            self._changed()
+        if failure is not None:
+            if self._failure is None:
+                self._failure = failure
+            self._fail_joiners()
+        self._warn_if_unattended()
+
+    def _warn_if_unattended(self) -> None:
+        """Say so when joins wait for work that no task is left to take.
+
+        Checked again a moment later, so that a crawl stopping on purpose
+        (closing the scheduler right after cancelling its workers) is quiet.
+        """
+        if self._unattended():
+            asyncio.get_running_loop().call_later(_UNATTENDED_GRACE, self._warn_unattended)
+
+    def _unattended(self) -> bool:
+        if self._closed or self._frontier.closed or self._holdings or self._getters:
+            return False
+        return any(not future.done() for future in self._joiners) and self._busy()
+
+    def _warn_unattended(self) -> None:
+        if self._unattended():
+            stats = self._frontier.stats()
+            logger.warning(
+                "every task that took requests from the scheduler has ended, and %d "
+                "requests are queued, %d in flight: join() waits for new workers",
+                stats.queued,
+                stats.leased,
+            )
+
+    def _fail_joiners(self) -> None:
+        failure = self._failure
+        if failure is None or not self._joiners:
+            return
+        delivered = False
+        while self._joiners:
+            future = self._joiners.popleft()
+            if not future.done():
+                future.set_exception(failure)
+                delivered = True
+        if delivered:
+            self._failure = None

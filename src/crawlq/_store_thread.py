@@ -20,8 +20,13 @@ pop's error.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import functools
+import logging
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from ._errors import CrawlqError
 from ._frontier import Frontier
@@ -29,7 +34,9 @@ from ._lease import Lease
 from ._request import Request
 from .stores.base import Entry
 
-__all__ = ["Add", "Batch", "Outcome", "run_batch"]
+__all__ = ["Add", "Batch", "BatchOwner", "Outcome", "StoreThread", "run_batch"]
+
+logger = logging.getLogger("crawlq")
 
 
 @dataclass(slots=True)
@@ -135,3 +142,117 @@ def _split(results: list[bool], sizes: list[int]) -> list[list[bool]]:
         parts.append(results[start : start + size])
         start += size
     return parts
+
+
+class BatchOwner(Protocol):
+    """What a `StoreThread` asks of the scheduler it serves (all on the loop's thread)."""
+
+    def _plan_batch(self, batch: Batch) -> None:
+        """Fill in a batch about to start: pops, ready time, counts."""
+
+    def _settle(self, batch: Batch, out: Outcome) -> None:
+        """Hand a batch's results to the coroutines that asked for them."""
+
+    def _fail(self, batch: Batch, exc: Exception) -> None:
+        """A batch raised something not a store error (a bug): fail its callers."""
+
+    def _wants_batch(self) -> bool:
+        """True when another batch should start at once after one ends."""
+
+
+class StoreThread:
+    """Runs a scheduler's batches of store calls on one thread, one batch at a time.
+
+    ``pending`` collects what waits for the next batch. `kick` starts a batch
+    at the loop's next turn (coroutines that run in this turn join it);
+    while one is in flight, the next waits for it to end. After `close` (no
+    thread left), batches run on the calling thread.
+    """
+
+    def __init__(self, frontier: Frontier, owner: BatchOwner) -> None:
+        self._frontier = frontier
+        self._owner = owner
+        self.pending = Batch()
+        self._executor: ThreadPoolExecutor | None = ThreadPoolExecutor(
+            1, thread_name_prefix="crawlq-store"
+        )
+        self._flight: concurrent.futures.Future[Outcome] | None = None
+        self._kicked = False
+        self._quiet: asyncio.Event | None = None  # set while no batch is in flight
+
+    @property
+    def in_flight(self) -> bool:
+        """True while a batch runs on the thread."""
+        return self._flight is not None
+
+    def kick(self) -> None:
+        """Have the next batch start soon (at once, on this thread, after `close`)."""
+        if self._kicked or self._flight is not None:
+            return
+        if self._executor is None:
+            self._run_here()
+            return
+        self._kicked = True
+        asyncio.get_running_loop().call_soon(self._start)
+
+    def _take(self) -> Batch:
+        batch, self.pending = self.pending, Batch()
+        self._owner._plan_batch(batch)
+        return batch
+
+    def _start(self) -> None:
+        self._kicked = False
+        if self._flight is not None or self._executor is None:
+            return
+        batch = self._take()
+        if not batch:
+            return
+        if self._quiet is not None:
+            self._quiet.clear()
+        self._flight = self._executor.submit(run_batch, self._frontier, batch)
+        asyncio.wrap_future(self._flight).add_done_callback(functools.partial(self._done, batch))
+
+    def _done(self, batch: Batch, done: asyncio.Future[Outcome]) -> None:
+        self._flight = None
+        if self._quiet is not None:
+            self._quiet.set()
+        try:
+            outcome = done.result()
+        except Exception as exc:  # a bug, not a store error: say so everywhere
+            logger.error("crawlq's store thread failed: %r", exc, exc_info=exc)
+            self._owner._fail(batch, exc)
+            return
+        self._owner._settle(batch, outcome)
+        if self._owner._wants_batch():
+            self.kick()
+
+    def _run_here(self) -> None:
+        batch = self._take()
+        if batch:
+            self._owner._settle(batch, run_batch(self._frontier, batch))
+
+    def sync_point(self) -> None:
+        """Before a call that answers at once: let the batch in flight end, write acks now.
+
+        The thread may not have started that batch yet: waiting for it here
+        (not only for the frontier's lock) keeps calls in order.
+        """
+        if self._flight is not None:
+            concurrent.futures.wait((self._flight,))
+        pending = self.pending
+        if pending.acks or pending.releases:
+            now = Batch(acks=pending.acks, releases=pending.releases)
+            pending.acks, pending.releases = [], []
+            self._owner._settle(now, run_batch(self._frontier, now))
+
+    async def close(self) -> None:
+        """Wait for the batch in flight, stop the thread, then run what is left here."""
+        if self._executor is None:
+            return
+        self._quiet = asyncio.Event()
+        while self._flight is not None:
+            self._quiet.clear()
+            await self._quiet.wait()
+        executor, self._executor = self._executor, None
+        executor.shutdown(wait=False)
+        self._run_here()

@@ -38,12 +38,9 @@ naming them is logged on the ``crawlq`` logger, and ``join`` raises
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
-import functools
 from collections import deque
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, overload
@@ -56,10 +53,11 @@ from ._errors import (
     SchedulerClosed,
     WorkerFailed,
 )
-from ._frontier import Frontier, Invalid, with_skipped
-from ._holdings import Holdings, logger
+from ._frontier import Frontier, Invalid
+from ._holdings import Holdings, WorkerWatch
 from ._request import Request
-from ._store_thread import Add, Batch, Outcome, run_batch
+from ._scheduler_batches import BatchedCalls
+from ._store_thread import StoreThread
 from .stores.base import HostCount
 
 __all__ = ["Scheduler", "SchedulerStats"]
@@ -69,8 +67,6 @@ __all__ = ["Scheduler", "SchedulerStats"]
 _MIN_WAIT = 0.001
 # How often a waiting get() looks again at a store other processes change.
 _SHARED_POLL = 0.5
-# Seconds after the last worker ended before a waiting join() warns about it.
-_UNATTENDED_GRACE = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +89,7 @@ class SchedulerStats:
     skipped: int = 0
 
 
-class Scheduler:
+class Scheduler(BatchedCalls, WorkerWatch):
     """Hands requests from a frontier to asyncio workers, waiting when none is ready.
 
     ``maxsize`` bounds the number of queued requests (0: no bound): ``add``
@@ -123,19 +119,13 @@ class Scheduler:
         self._holdings = Holdings(frontier, self._release_held, self._on_worker_end)
         self._failure: WorkerFailed | None = None
         # A store that does I/O is called on a thread of its own, in batches.
-        self._executor: ThreadPoolExecutor | None = None
-        self._threaded = frontier.durable or frontier.shared
-        self._batch = Batch()  # what waits for the next batch
-        self._in_flight = False  # a batch is running on the store thread
-        self._flight: concurrent.futures.Future[Outcome] | None = None
-        self._kicked = False  # a batch is about to start
+        self._thread: StoreThread | None = None
         self._look = False  # the frontier may have changed: pop for waiting getters
         self._want_counts = False
-        self._quiet: asyncio.Event | None = None  # set while no batch is in flight
         self._queued = self._leased = 0  # counts read by the latest batch
         self._counts_read = 0  # times the counts were read on the loop's thread
-        if self._threaded:
-            self._executor = ThreadPoolExecutor(1, thread_name_prefix="crawlq-store")
+        if frontier.durable or frontier.shared:
+            self._thread = StoreThread(frontier, self)
             self._queued, self._leased = frontier._counts()
 
     @property
@@ -163,7 +153,7 @@ class Scheduler:
     def _full(self) -> bool:
         if self._maxsize <= 0:
             return False
-        if self._threaded:
+        if self._thread is not None:
             return self._queued >= self._maxsize  # as the latest batch read it
         return self._frontier.stats().queued >= self._maxsize
 
@@ -196,7 +186,7 @@ class Scheduler:
         scheduler is or gets closed, and what `Frontier.add` raises.
         """
         request = self._request(request, fields)
-        if self._threaded:
+        if self._thread is not None:
             return (await self.add_many((request,)))[0]
         await self._wait_for_room()
         added = self._frontier.add(request)
@@ -250,42 +240,15 @@ class Scheduler:
         if ack is not None:
             acked = (ack,) if isinstance(ack, Request) else tuple(ack)
         await self._wait_for_room()
-        if self._threaded:
-            added = await self._add_on_thread(batch, acked, invalid)
+        if self._thread is not None:
+            added = await self._add_on_thread(self._thread, batch, acked, invalid)
         else:
             added = self._frontier.add_many(batch, ack=acked or None, invalid=invalid)
         for request in acked:
             self._holdings.forget(request)
-        if not self._threaded and (acked or any(added)):
+        if self._thread is None and (acked or any(added)):
             self._changed()
         return added
-
-    async def _add_on_thread(
-        self, batch: list[Request | str], acked: tuple[Request, ...], invalid: Invalid
-    ) -> list[bool] | list[bool | None]:
-        frontier = self._frontier
-        frontier._check_open()
-        entries, skipped = frontier._prepare(batch, None, invalid)
-        leases = frontier._leases(acked) if acked else ()
-        if not entries and not leases:
-            added: list[bool] = []
-        else:
-            future: asyncio.Future[list[bool]] = asyncio.get_running_loop().create_future()
-            add = Add(entries, leases, future)
-            self._batch.adds.append(add)
-            self._changed()
-            try:
-                added = await future
-            except asyncio.CancelledError:
-                # Not sent yet: withdrawn. In flight: it happens anyway (the
-                # task's held requests are released after it: a no-op then).
-                with contextlib.suppress(ValueError):
-                    self._batch.adds.remove(add)
-                raise
-        if not skipped:
-            return added
-        frontier._count_skipped(skipped)
-        return with_skipped(added, skipped)
 
     async def _wait_for_room(self) -> None:
         self._check_open()
@@ -337,7 +300,7 @@ class Scheduler:
         loop = asyncio.get_running_loop()
         while True:
             self._check_open()
-            if not self._getters and not self._threaded:
+            if not self._getters and self._thread is None:
                 request = self._frontier.pop()
                 if request is not None:
                     self._wake_adders()
@@ -345,7 +308,7 @@ class Scheduler:
                     return request
             future: asyncio.Future[Request | None] = loop.create_future()
             self._getters.append(future)
-            if self._threaded:
+            if self._thread is not None:
                 self._changed()
             else:
                 self._arm_timer(self._frontier.next_ready_in())
@@ -358,53 +321,6 @@ class Scheduler:
                 self._holdings.hold(delivered)
                 return delivered
             # Woken without a request (the timer): try the frontier again.
-
-    def _on_worker_end(self, failure: WorkerFailed | None, released: bool) -> None:
-        """A task that took requests ended (see `Holdings`): wake whoever must know."""
-        if released and not self._closed:
-            self._changed()
-        if failure is not None:
-            if self._failure is None:
-                self._failure = failure
-            self._fail_joiners()
-        self._warn_if_unattended()
-
-    def _warn_if_unattended(self) -> None:
-        """Say so when joins wait for work that no task is left to take.
-
-        Checked again a moment later, so that a crawl stopping on purpose
-        (closing the scheduler right after cancelling its workers) is quiet.
-        """
-        if self._unattended():
-            asyncio.get_running_loop().call_later(_UNATTENDED_GRACE, self._warn_unattended)
-
-    def _unattended(self) -> bool:
-        if self._closed or self._frontier.closed or self._holdings or self._getters:
-            return False
-        return any(not future.done() for future in self._joiners) and self._busy()
-
-    def _warn_unattended(self) -> None:
-        if self._unattended():
-            stats = self._frontier.stats()
-            logger.warning(
-                "every task that took requests from the scheduler has ended, and %d "
-                "requests are queued, %d in flight: join() waits for new workers",
-                stats.queued,
-                stats.leased,
-            )
-
-    def _fail_joiners(self) -> None:
-        failure = self._failure
-        if failure is None or not self._joiners:
-            return
-        delivered = False
-        while self._joiners:
-            future = self._joiners.popleft()
-            if not future.done():
-                future.set_exception(failure)
-                delivered = True
-        if delivered:
-            self._failure = None
 
     def _abandon(self, future: asyncio.Future[Request | None]) -> None:
         """Undo a getter's wait after it was cancelled or failed."""
@@ -421,9 +337,9 @@ class Scheduler:
 
     def _changed(self) -> None:
         """The frontier may have a request ready: hand it to waiting getters."""
-        if self._threaded:
+        if self._thread is not None:
             self._look = True
-            self._kick()
+            self._thread.kick()
             return
         getters = self._getters
         while getters:
@@ -472,170 +388,24 @@ class Scheduler:
                 future.set_result(None)
                 return
 
-    # -- the store thread -----------------------------------------------------
-
-    def _kick(self) -> None:
-        """Have the next batch start soon (coroutines ready now join it)."""
-        if self._kicked or self._in_flight:
-            return
-        if self._executor is None:  # closed: finish what is left here
-            self._run_here()
-            return
-        self._kicked = True
-        asyncio.get_running_loop().call_soon(self._start_batch)
-
-    def _take_batch(self) -> Batch:
-        batch, self._batch = self._batch, Batch()
-        live = sum(1 for future in self._getters if not future.done())
-        if live and (self._look or batch):
-            batch.pops = live
-            batch.ready = True
-        self._look = False
-        batch.counts = self._maxsize > 0 or self._want_counts or bool(self._joiners)
-        batch.counts_read = self._counts_read
-        self._want_counts = False
-        return batch
-
-    def _start_batch(self) -> None:
-        self._kicked = False
-        if self._in_flight or self._executor is None:
-            return
-        batch = self._take_batch()
-        if not batch:
-            return
-        self._in_flight = True
-        if self._quiet is not None:
-            self._quiet.clear()
-        self._flight = self._executor.submit(run_batch, self._frontier, batch)
-        done = asyncio.wrap_future(self._flight)
-        done.add_done_callback(functools.partial(self._batch_done, batch))
-
-    def _batch_done(self, batch: Batch, done: asyncio.Future[Outcome]) -> None:
-        self._in_flight = False
-        self._flight = None
-        if self._quiet is not None:
-            self._quiet.set()
-        try:
-            outcome = done.result()
-        except Exception as exc:  # a bug, not a store error: say so everywhere
-            logger.error("crawlq's store thread failed: %r", exc, exc_info=exc)
-            self._fail(batch, exc)
-            return
-        self._settle(batch, outcome)
-        if self._batch or self._want_counts or (self._look and self._getters):
-            self._kick()
-
-    def _run_here(self) -> None:
-        """Do the waiting batch on this thread (after ``close()``: no store thread)."""
-        batch = self._take_batch()
-        if batch:
-            self._settle(batch, run_batch(self._frontier, batch))
-
-    def _sync_point(self) -> None:
-        """Before a call that answers at once: let the batch in flight end, write acks now.
-
-        The store thread may not have started the batch yet: waiting for it
-        here (not only for the frontier's lock) keeps calls in order.
-        """
-        if not self._threaded:
-            return
-        if self._flight is not None:
-            concurrent.futures.wait((self._flight,))
-        batch = self._batch
-        if batch.acks or batch.releases:
-            now = Batch(acks=batch.acks, releases=batch.releases)
-            batch.acks, batch.releases = [], []
-            self._settle(now, run_batch(self._frontier, now))
-
-    def _read_counts(self) -> None:
-        """Refresh the counts ``maxsize`` is checked against (under the frontier's lock)."""
-        if self._threaded and self._maxsize > 0:
-            self._queued, self._leased = self._frontier._counts()
-            self._counts_read += 1  # a batch in flight now brings older counts
-
-    def _fail(self, batch: Batch, exc: Exception) -> None:
-        for add in batch.adds:
-            if not add.future.done():
-                add.future.set_exception(exc)
-        for getter in self._getters:
-            if not getter.done():
-                getter.set_exception(exc)
-        self._getters.clear()
-
-    def _settle(self, batch: Batch, out: Outcome) -> None:
-        """Hand a batch's results to the coroutines that asked for them."""
-        for index, add in enumerate(batch.adds):
-            if add.future.done():
-                continue
-            if out.added is not None:
-                add.future.set_result(out.added[index])
-            elif out.add_error is not None:
-                add.future.set_exception(out.add_error)
-        self._retry_writes(out)
-        getters = self._getters
-        for request in out.popped:
-            while getters and getters[0].done():
-                getters.popleft()
-            if getters:
-                getters.popleft().set_result(request)
-            else:  # its getter was cancelled meanwhile
-                self._finish(request, done=False)
-        if out.pop_error is not None:
-            while getters:
-                getter = getters.popleft()
-                if not getter.done():
-                    getter.set_exception(out.pop_error)
-        if out.counts is not None and batch.counts_read == self._counts_read:
-            self._queued, self._leased = out.counts
-        if out.popped or out.counts is not None:
-            self._wake_adders()
-        if out.counts_error is not None:
-            while self._joiners:
-                joiner = self._joiners.popleft()
-                if not joiner.done():
-                    joiner.set_exception(out.counts_error)
-        elif out.counts is not None and not self._batch:
-            self._check_idle()  # nothing left to write: the counts are the truth
-        if batch.ready and getters:
-            self._arm_timer(out.ready_in)
-
-    def _retry_writes(self, out: Outcome) -> None:
-        if not (out.unwritten_acks or out.unwritten_releases):
-            return
-        if self._frontier.closed:
-            logger.info(
-                "%d acks and %d releases not written: the frontier was closed; "
-                "their requests come back when their leases expire",
-                len(out.unwritten_acks),
-                len(out.unwritten_releases),
-            )
-            return
-        logger.warning(
-            "writing %d acks and %d releases failed (%s); tried again with the next batch",
-            len(out.unwritten_acks),
-            len(out.unwritten_releases),
-            out.write_error,
-        )
-        self._batch.acks[:0] = out.unwritten_acks
-        self._batch.releases[:0] = out.unwritten_releases
-
     # -- finishing ------------------------------------------------------------
 
     def _finish(self, request: Request, *, done: bool) -> None:
         """Ack (``done``) or release a request now, or with the next batch."""
-        if not self._threaded:
+        if self._thread is None:
             if done:
                 self._frontier.ack(request)
             else:
                 self._frontier.release(request)
             return
         leases = self._frontier._leases((request,))
-        (self._batch.acks if done else self._batch.releases).extend(leases)
+        pending = self._thread.pending
+        (pending.acks if done else pending.releases).extend(leases)
 
     def _release_held(self, request: Request) -> None:
         """Release a request whose task died (for `Holdings`)."""
         self._finish(request, done=False)
-        if self._threaded:
+        if self._thread is not None:
             self._changed()
 
     def task_done(self, request: Request) -> None:
@@ -678,23 +448,23 @@ class Scheduler:
             if failure is not None:
                 self._failure = None
                 raise failure
-            if not self._threaded and not self._busy():
+            if self._thread is None and not self._busy():
                 return
             future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._joiners.append(future)
-            if self._threaded:
+            if self._thread is not None:
                 self._want_counts = True
-                self._kick()
+                self._thread.kick()
             try:
                 await future
             finally:
                 if not future.done():
                     future.cancel()
-            if self._threaded:
+            if self._thread is not None:
                 return
 
     def _busy(self) -> bool:
-        if self._threaded:
+        if self._thread is not None:
             queued, leased = self._queued, self._leased
         else:
             stats = self._frontier.stats()
@@ -736,18 +506,12 @@ class Scheduler:
                 future = waiters.popleft()
                 if not future.done():
                     future.set_exception(closed)
-        for add in self._batch.adds:
-            if not add.future.done():
-                add.future.set_exception(closed)
-        self._batch.adds.clear()
-        if self._executor is not None:
-            self._quiet = asyncio.Event()
-            while self._in_flight:
-                self._quiet.clear()
-                await self._quiet.wait()
-            executor, self._executor = self._executor, None
-            executor.shutdown(wait=False)
-            self._run_here()
+        if self._thread is not None:
+            for add in self._thread.pending.adds:
+                if not add.future.done():
+                    add.future.set_exception(closed)
+            self._thread.pending.adds.clear()
+            await self._thread.close()
 
     @property
     def closed(self) -> bool:

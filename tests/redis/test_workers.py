@@ -60,8 +60,14 @@ def test_four_workers_one_killed(redis_url: str, tmp_path: Path, ack_delay: floa
     # is then killed.
     delay = ("--ack-delay", str(ack_delay))
     workers = [_worker(url, logs[0], "--hang-after", str(REQUESTS // 40), *delay)]
-    workers += [_worker(url, log, *delay) for log in logs[1:]]
     deadline = time.monotonic() + 90
+    # On a loaded machine the others could finish everything before worker 0
+    # (a slow start) reaches its point: they start once it is working.
+    while not (logs[0].exists() and logs[0].read_text().startswith("S ")):
+        assert time.monotonic() < deadline, "worker 0 never started"
+        assert workers[0].poll() is None, "worker 0 died at start"
+        time.sleep(0.01)
+    workers += [_worker(url, log, *delay) for log in logs[1:]]
     while not (logs[0].exists() and "HANG" in logs[0].read_text()):
         assert time.monotonic() < deadline, "worker 0 never reached its hang point"
         assert workers[0].poll() is None, "worker 0 died early"

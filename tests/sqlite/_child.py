@@ -6,14 +6,16 @@ parent only ever stops it with SIGKILL (or, for ``hold``, by closing stdin).
 
 Modes:
 
-``loop JOB LOG RUN SEED SYNCHRONOUS``
+``loop JOB LOG RUN SEED SYNCHRONOUS [ACK_DELAY]``
     Adds, pops, acks and releases at random until killed, appending one line
     per completed step to LOG (opened O_APPEND, one ``os.write`` per line):
     ``I <url> <url>...`` before an add, then ``A <url>`` per accepted URL
     (``D <url>`` if a new URL was called a duplicate) after it returned;
     ``P <url>`` after a pop; ``k <url>...`` before an ack and ``K <url>`` per
-    request after it returned; ``R <url>`` after a release. URLs embed RUN, so
-    every run adds URLs nobody added before.
+    request after it returned; ``R <url>`` after a release. A line after a
+    call ends with ``@START @END``, the call's wall-clock times. URLs embed
+    RUN, so every run adds URLs nobody added before. ACK_DELAY (default 0:
+    every ack durable when it returns) is the frontier's ``ack_delay``.
 ``add JOB`` / ``add_many JOB``
     Add one request (or a batch of 100), print ``added``.
 ``ack JOB``
@@ -53,16 +55,18 @@ def _wait_forever() -> None:
         time.sleep(60)
 
 
-def _loop(job: str, log: str, run: int, seed: int, synchronous: str) -> None:
+def _loop(job: str, log: str, run: int, seed: int, synchronous: str, ack_delay: float) -> None:
     rng = random.Random(seed)
     fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    start = 0.0  # when the call being logged began
 
     def write(line: str) -> None:
+        if line[0] in "ADPKR":
+            line += f" @{start!r} @{time.time()!r}"
         os.write(fd, (line + "\n").encode())
 
-    # ack_delay=0: every ack is durable when it returns, which the checker relies on.
     frontier = crawlq.open_frontier(
-        job, lease_timeout=3600, synchronous=synchronous, ack_delay=0
+        job, lease_timeout=3600, synchronous=synchronous, ack_delay=ack_delay
     )
     write(f"O {run} {os.getpid()}")
     counter = 0
@@ -83,6 +87,7 @@ def _loop(job: str, log: str, run: int, seed: int, synchronous: str) -> None:
                 counter += 1
             requests = [crawlq.Request(url, priority=rng.randint(-2, 2)) for url in urls]
             write("I " + " ".join(urls))
+            start = time.time()
             if size == 1 and rng.random() < 0.5:
                 results = [frontier.add(requests[0])]
             else:
@@ -91,6 +96,7 @@ def _loop(job: str, log: str, run: int, seed: int, synchronous: str) -> None:
                 write(("A " if ok else "D ") + url)
         elif roll < 0.72 or not held:
             for _ in range(rng.randint(1, 16)):
+                start = time.time()
                 request = frontier.pop()
                 if request is None:
                     break
@@ -105,15 +111,18 @@ def _loop(job: str, log: str, run: int, seed: int, synchronous: str) -> None:
             acks = [request for request in done if id(request) not in release_ids]
             if len(acks) > 1 and rng.random() < 0.5:
                 write("k " + " ".join(request.url for request in acks))
+                start = time.time()
                 frontier.ack_many(acks)
                 for request in acks:
                     write("K " + request.url)
             else:
                 for request in acks:
                     write("k " + request.url)
+                    start = time.time()
                     frontier.ack(request)
                     write("K " + request.url)
             for request in releases:
+                start = time.time()
                 frontier.release(request)
                 write("R " + request.url)
 
@@ -145,8 +154,8 @@ def _die_creating(job: str) -> None:
 def main(argv: list[str]) -> None:
     mode, job, *args = argv
     if mode == "loop":
-        log, run, seed, synchronous = args
-        _loop(job, log, int(run), int(seed), synchronous)
+        log, run, seed, synchronous, *ack_delay = args
+        _loop(job, log, int(run), int(seed), synchronous, float(ack_delay[0] if ack_delay else 0))
     elif mode in ("add", "add_many"):
         frontier = crawlq.open_frontier(job)
         if mode == "add":

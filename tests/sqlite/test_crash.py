@@ -51,6 +51,11 @@ class Log:
         #: Accepted since the last check.
         self.fresh: list[str] = []
         self.runs = 0
+        #: When each ack returned, and when the latest completed call (and
+        #: add) of the running child began: with ``ack_delay``, what an
+        #: acked request coming back after a kill is checked against.
+        self.acked_at: dict[str, float] = {}
+        self.last_call = self.last_add = 0.0
 
     def append(self, lines: list[str]) -> None:
         """Write lines as the parent (the child is dead), then replay them."""
@@ -78,10 +83,19 @@ class Log:
 
     def _line(self, line: str) -> None:
         tag, _, rest = line.partition(" ")
-        words = rest.split()
+        words = [word for word in rest.split() if not word.startswith("@")]
+        times = [float(word[1:]) for word in rest.split() if word.startswith("@")]
+        if times:
+            start, end = times
+            self.last_call = max(self.last_call, start)
+            if tag == "A":
+                self.last_add = max(self.last_add, start)
+            elif tag == "K":
+                self.acked_at[words[0]] = end
         if tag == "O":
             assert self.adding is None and not self.awaiting_ack, "unresolved call before a run"
             self.leased.clear()
+            self.last_call = self.last_add = 0.0
             self.runs += 1
         elif tag == "I":
             assert self.adding is None, f"a new add began before the last returned: {line}"
@@ -132,12 +146,17 @@ def _order_key(url: str) -> tuple[str, int, int]:
     return match[1], int(match[2]), int(match[3])
 
 
-def check_after_kill(db: Path, log: Log, rng: random.Random, options: dict[str, object]) -> int:
-    """Check the killed job against the log; return how many popped requests came back.
+def check_after_kill(
+    db: Path, log: Log, rng: random.Random, options: dict[str, object], ack_delay: float = 0
+) -> tuple[int, int]:
+    """Check the killed job against the log; return how many popped (and acked) came back.
 
     What is stored is what the reopened job hands out: the parent pops
     everything (holding every lease, so the order check sees priorities
     across hosts), checks it, and releases it all before the next child runs.
+    With ``ack_delay``, an acked request may come back only if its ack was
+    still waiting: no add began after it returned, and no call began
+    ``ack_delay`` seconds or more after it (either would have written it).
     """
     log.replay()
     frontier = crawlq.open_frontier(job_url(db), lease_timeout=3600, **options)
@@ -172,9 +191,17 @@ def check_after_kill(db: Path, log: Log, rng: random.Random, options: dict[str, 
         # (a) every accepted request is acked or still there.
         lost = (log.accepted - log.acked) - present
         assert not lost, f"{len(lost)} accepted requests lost, e.g. {sorted(lost)[:3]}"
-        # (b) an acked request never comes back.
+        # (b) an acked request never comes back, unless its ack was still waiting.
         back_from_done = present & log.acked
-        assert not back_from_done, f"acked requests came back: {sorted(back_from_done)[:3]}"
+        for url in sorted(back_from_done):
+            acked_at = log.acked_at.get(url, 0.0)
+            assert ack_delay > 0, f"acked requests came back: {sorted(back_from_done)[:3]}"
+            assert log.last_add < acked_at, f"{url}: an add after its ack did not write it"
+            assert log.last_call < acked_at + ack_delay, (
+                f"{url}: a call {log.last_call - acked_at:.3f} s after its ack (ack_delay "
+                f"{ack_delay}) did not write it"
+            )
+        log.acked -= back_from_done  # queued again: handed out again
         phantoms = present - log.accepted
         assert not phantoms, f"requests stored that were never accepted: {sorted(phantoms)[:3]}"
         # (c) what comes back after a pop was popped and not acked at the kill.
@@ -204,21 +231,29 @@ def check_after_kill(db: Path, log: Log, rng: random.Random, options: dict[str, 
         assert (stats.queued, stats.leased, stats.seen) == (len(present), 0, len(log.accepted))
     finally:
         frontier.close()
-    return len(came_back)
+    return len(came_back), len(back_from_done)
 
 
-def crash_loop(tmp_path: Path, kills: int, synchronous: str, seed: int) -> dict[str, int]:
+def crash_loop(
+    tmp_path: Path, kills: int, synchronous: str, seed: int, ack_delay: float = 0
+) -> dict[str, int]:
     rng = random.Random(seed)
     db = tmp_path / "job.db"
     options: dict[str, object] = {"synchronous": synchronous}
     # Create the job first: a kill during the very first open is its own test.
     crawlq.open_frontier(job_url(db), **options).close()
     log = Log(tmp_path / "ops.log")
-    came_back = 0
+    came_back = acked_came_back = 0
     in_flight = 0
     for run in range(kills):
         child = spawn(
-            "loop", job_url(db), str(log.path), str(run), str(rng.getrandbits(32)), synchronous
+            "loop",
+            job_url(db),
+            str(log.path),
+            str(run),
+            str(rng.getrandbits(32)),
+            synchronous,
+            str(ack_delay),
         )
         try:
             strategy = rng.random()
@@ -239,7 +274,9 @@ def crash_loop(tmp_path: Path, kills: int, synchronous: str, seed: int) -> dict[
         try:
             log.replay()
             in_flight += log.adding is not None or bool(log.awaiting_ack)
-            came_back += check_after_kill(db, log, rng, options)
+            back, acked_back = check_after_kill(db, log, rng, options, ack_delay)
+            came_back += back
+            acked_came_back += acked_back
         except AssertionError as exc:
             raise AssertionError(f"after kill {run + 1} (seed {seed}): {exc}") from exc
 
@@ -257,6 +294,7 @@ def crash_loop(tmp_path: Path, kills: int, synchronous: str, seed: int) -> dict[
         "accepted": len(log.accepted),
         "acked": len(log.acked),
         "came_back": came_back,
+        "acked_came_back": acked_came_back,
         "in_flight": in_flight,
     }
 
@@ -274,6 +312,17 @@ def test_random_kills_lose_nothing(tmp_path: Path) -> None:
     assert summary["accepted"] >= 1000, summary
     assert summary["acked"] >= 100, summary
     assert summary["came_back"] >= 1, summary
+
+
+def test_random_kills_with_waiting_acks_lose_nothing(tmp_path: Path) -> None:
+    """With the default ack_delay, an acked request comes back only if its ack was
+    still waiting at the kill (see check_after_kill)."""
+    seed = _seed()
+    summary = crash_loop(tmp_path, kills=14, synchronous="normal", seed=seed, ack_delay=0.5)
+    print(f"seed {seed}: {summary}")
+    assert summary["runs"] >= 5, summary
+    assert summary["accepted"] >= 500, summary
+    assert summary["acked"] >= 50, summary
 
 
 def test_random_kills_lose_nothing_with_synchronous_full(tmp_path: Path) -> None:
