@@ -8,16 +8,15 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Final, Literal, overload
 
-import msgspec
-
-from ._errors import FrontierClosed, InvalidRequest, LeaseError, SerializationError
+from ._batch import as_request, check_fingerprint_count, check_state, with_skipped
+from ._errors import FrontierClosed, InvalidRequest, LeaseError
 from ._fingerprint import Fingerprinter
 from ._lease import NOT_HANDED_OUT, Lease
 from ._policy import Policy
 from ._request import MAX_URL_LENGTH, Request, check_encodable, encode_request
 from .stores.base import Entry, HostCount, Store
 
-__all__ = ["Frontier", "FrontierStats", "HostCount", "Invalid", "with_skipped"]
+__all__ = ["Frontier", "FrontierStats", "HostCount", "Invalid"]
 
 _SLOT_KEY: Final = "download_slot"
 
@@ -257,13 +256,13 @@ class Frontier:
         if invalid == "raise":
             if fingerprints is None:
                 entries = [
-                    self._entry(r if type(r) is Request else _as_request(r)) for r in requests
+                    self._entry(r if type(r) is Request else as_request(r)) for r in requests
                 ]
             else:
                 batch = list(requests)
-                _check_fingerprint_count(fingerprints, batch)
+                check_fingerprint_count(fingerprints, batch)
                 entries = [
-                    self._entry(r if type(r) is Request else _as_request(r), f)
+                    self._entry(r if type(r) is Request else as_request(r), f)
                     for r, f in zip(batch, fingerprints, strict=True)
                 ]
         elif invalid == "skip":
@@ -301,12 +300,12 @@ class Frontier:
         """Entries of the requests that can be stored, and the positions of the others."""
         batch = list(requests)
         if fingerprints is not None:
-            _check_fingerprint_count(fingerprints, batch)
+            check_fingerprint_count(fingerprints, batch)
         entries: list[Entry] = []
         skipped: list[int] = []
         for index, item in enumerate(batch):
             if not isinstance(item, Request | str):
-                _as_request(item)  # raises: a bug in the caller, never skipped
+                as_request(item)  # raises: a bug in the caller, never skipped
             try:
                 request = item if isinstance(item, Request) else Request(item)
                 fingerprint = None if fingerprints is None else fingerprints[index]
@@ -504,53 +503,3 @@ class Frontier:
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"<Frontier {self.url} {state}>"
-
-
-def _as_request(item: object) -> Request:
-    """``Request(item)`` for a URL string; `InvalidRequest` for anything else."""
-    if isinstance(item, Request):
-        return item
-    if isinstance(item, str):
-        return Request(item)
-    raise InvalidRequest(
-        f"expected a crawlq.Request or a URL string, not {type(item).__name__}: {item!r}"
-    )
-
-
-def _check_fingerprint_count(fingerprints: Sequence[bytes], batch: list[Any]) -> None:
-    if len(fingerprints) != len(batch):
-        raise InvalidRequest(f"{len(fingerprints)} fingerprints given for {len(batch)} requests")
-
-
-def with_skipped(added: list[bool], skipped: list[int]) -> list[bool | None]:
-    """``added`` with None put back at each skipped position (ascending)."""
-    out: list[bool | None] = []
-    results = iter(added)
-    position = 0
-    for index in skipped:
-        while position < index:
-            out.append(next(results))
-            position += 1
-        out.append(None)
-        position += 1
-    out.extend(results)
-    return out
-
-
-def check_state(state: object, what: str = "state") -> None:
-    """Raise `SerializationError` unless ``state`` is a str-keyed mapping msgpack can store.
-
-    ``what`` names the state in the message (``spider.state`` for Scrapy).
-    """
-    if not isinstance(state, Mapping):
-        raise SerializationError(f"{what} must be a mapping, not {type(state).__name__}")
-    for key, value in state.items():
-        if type(key) is not str:
-            raise SerializationError(f"{what} key {key!r} is not a str")
-        try:
-            msgspec.msgpack.encode(value)
-        except (TypeError, ValueError, OverflowError) as exc:
-            raise SerializationError(
-                f"{what}[{key!r}] cannot be stored: {exc}; keep only msgpack-able "
-                "values (None, bool, int, float, str, bytes, lists and dicts of them)"
-            ) from None

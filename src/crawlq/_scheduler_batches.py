@@ -10,7 +10,8 @@ import contextlib
 from collections import deque
 from typing import TYPE_CHECKING
 
-from ._frontier import Frontier, Invalid, with_skipped
+from ._batch import with_skipped
+from ._frontier import Frontier, Invalid
 from ._holdings import logger
 from ._request import Request
 from ._store_thread import Add, Batch, Outcome, StoreThread

@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any, Final, Self
 
 import msgspec
 
+from .._batch import check_state
 from .._errors import ConfigError, CorruptStore, CrawlqError, SerializationError
-from .._frontier import check_state
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
