@@ -63,6 +63,11 @@ class SpiderState:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
+        """Make the extension for ``crawler`` (Scrapy calls this).
+
+        Raises Scrapy's ``NotConfigured`` (the extension stays off) when the
+        crawl has neither a ``JOBDIR`` nor a ``CRAWLQ_URL``.
+        """
         from scrapy import signals
         from scrapy.exceptions import NotConfigured
 
