@@ -15,6 +15,7 @@ server. Its pacing machinery is active all the same.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -60,6 +61,14 @@ class Adapter:
     def run(self, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         return fn()
 
+    def async_scheduler(self) -> Any:
+        """A1: the implementation's asyncio scheduler (``get``, ``add_many``, ``task_done``...)."""
+        raise NotImplementedError
+
+    def run_coroutine(self, coroutine: Any) -> Any:
+        """A1: run ``coroutine`` to its end in the implementation's event loop."""
+        return asyncio.run(coroutine)
+
 
 class Crawlq(Adapter):
     """crawlq's Frontier on memory, a SQLite job, or Redis."""
@@ -91,6 +100,9 @@ class Crawlq(Adapter):
 
     def close(self) -> None:
         self.frontier.close()
+
+    def async_scheduler(self) -> Any:
+        return self.crawlq.Scheduler(self.frontier)
 
 
 def make(spec: dict[str, Any]) -> Adapter:

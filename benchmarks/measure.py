@@ -16,6 +16,7 @@ enabled, as for users). The result is the last line of stdout, after
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 import gc
@@ -204,6 +205,49 @@ def w2(a: Adapter, spec: Result) -> Result:
             elapsed += perf() - start
             after(request)
         section.record(result, "steps", len(batches), elapsed)
+    expected = len({*plan.seed_urls, *plan.child_urls}) - plan.steps
+    result["ok"] = a.size() == expected
+    a.close()
+    return result
+
+
+def a1(a: Adapter, spec: Result) -> Result:
+    """A1: asyncio, coroutines in one process, each: get, sleep(0), offer five children, done.
+
+    The W2 plan (the same seeds and children), served by the implementation's
+    own asyncio scheduler (crawlq's ``Scheduler``, qcrawl's ``Scheduler``):
+    what an asyncio crawler with that many workers does per page, minus the
+    fetch. A worker takes the next batch of five children, waits in ``get``,
+    yields once to the loop (a fetch would), offers the batch (``add_many``,
+    or one ``add`` each where there is none) and marks its request done.
+    """
+    p = spec["params"]
+    plan = workloads.w2_plan(p["seeds"], p["steps"], p["hosts"])
+    seeds = a.requests(zip(plan.seed_urls, plan.seed_priorities, strict=True))
+    children = a.requests(zip(plan.child_urls, plan.child_priorities, strict=True))
+    batches = list(_chunks(children, plan.fanout))
+    a.open()
+    result: Result = {}
+
+    async def crawl() -> None:
+        scheduler = a.async_scheduler()
+        await scheduler.add_many(seeds)
+        work = iter(batches)
+
+        async def worker() -> None:
+            for batch in work:
+                request = await scheduler.get()
+                await asyncio.sleep(0)
+                await scheduler.add_many(batch)
+                scheduler.task_done(request)
+
+        gc.collect()
+        section = Section()
+        await asyncio.gather(*(worker() for _ in range(p["coroutines"])))
+        section.record(result, "steps", len(batches))
+        await scheduler.close()
+
+    a.run_coroutine(crawl())
     expected = len({*plan.seed_urls, *plan.child_urls}) - plan.steps
     result["ok"] = a.size() == expected
     a.close()
@@ -433,6 +477,8 @@ def measure(spec: Result) -> Result:
 
         return crawl(spec)
     a = make(spec)
+    if spec["workload"] == "A1":  # runs its own event loop (run_coroutine)
+        return a1(a, spec)
     return a.run(lambda: OPS[spec.get("op", spec["workload"])](a, spec))
 
 

@@ -144,6 +144,24 @@ def _step(coroutine: Coroutine[Any, Any, Any]) -> Any:
     raise RuntimeError("a qcrawl memory call suspended: it cannot be stepped")
 
 
+class _QcrawlAsync:
+    """qcrawl's Scheduler with the A1 loop's calls: it has no batch add, so one add each."""
+
+    def __init__(self, scheduler: Any) -> None:
+        self._scheduler = scheduler
+        self.get = scheduler.get
+
+    async def add_many(self, requests: list[Any]) -> None:
+        for request in requests:
+            await self._scheduler.add(request)
+
+    def task_done(self, request: Any) -> None:
+        self._scheduler.task_done()
+
+    async def close(self) -> None:
+        """Left open: the adapter reads its size, then closes it."""
+
+
 class Qcrawl(Adapter):
     """qcrawl's Scheduler over its memory or disk queue, or its RedisQueue."""
 
@@ -203,6 +221,18 @@ class Qcrawl(Adapter):
         if self.backend == "redis":
             return int(self.call(self.queue.size()))
         return int(self.call(self.scheduler.qsize()))
+
+    def async_scheduler(self) -> Any:
+        """A1: qcrawl's Scheduler (on Redis over a RedisQueue; it deduplicates in the process)."""
+        if self.backend == "redis":
+            self.queue = self.redis_queue(url=self.where, namespace="bench", dedupe=False)
+            self.scheduler = self.scheduler_cls(
+                queue=self.queue, fingerprinter=self.fingerprinter()
+            )
+        return _QcrawlAsync(self.scheduler)
+
+    def run_coroutine(self, coroutine: Any) -> Any:
+        return self.loop.run_until_complete(coroutine)
 
     def seen(self) -> int:
         return len(self.scheduler.seen)

@@ -38,6 +38,7 @@ COLUMNS: dict[str, list[tuple[str, str, str]]] = {
         ("dequeue_server_us", "server CPU/dequeue", "us"),
     ],
     "W2": [("steps_rate", "steps/s", "rate"), ("steps_server_us", "server CPU/step", "us")],
+    "A1": [("steps_rate", "steps/s", "rate"), ("steps_server_us", "server CPU/step", "us")],
     "W3": [
         ("bytes_per_seen", "bytes/seen", "B"),
         ("bytes_per_seen_trimmed", "after malloc_trim", "B"),
@@ -82,6 +83,7 @@ RATIOS: dict[str, list[tuple[str, dict[str, Any], str, str, bool]]] = {
         ("5 x add", {"children": "add"}, "steps_rate", "steps_rate", True),
         ("add_many(5, ack=parent)", {"children": "add_many_ack"}, "steps_rate", "steps_rate", True),
     ],
+    "A1": [("steps/s", {}, "steps_rate", "steps_rate", True)],
     "W3": [("bytes/seen", {}, "bytes_per_seen", "bytes_per_seen", False)],
     "W4": [
         ("first request", {"drain": None}, "first_s", "first_s", False),
@@ -110,6 +112,8 @@ TARGETS = [
     ("W1 sqlite", "dequeue, pop + ack", "scrapy-jobdir", 1.5),
     ("W1 redis", "dequeue, pop + ack", "scrapy-redis", 8.0),
     ("W2 redis", "add_many(5)", "scrapy-redis", 8.0),
+    ("A1 redis", "steps/s", "scrapy-redis", 10.0),
+    ("A1 sqlite", "steps/s", "scrapy-jobdir", 3.0),
     ("C1 memory", "canonicalise", "w3lib", 3.0),
     ("E2E sqlite", "pages/s", "scrapy", 1.0),
 ]
@@ -238,7 +242,7 @@ def write(document: Result, path: Path) -> None:
         ]
         lines += _table(["implementation", *(c[1] for c in columns), "check"], rows)
         ratios = [c for c in RATIOS.get(workload, []) if s.crawlq_key(group, c[1])]
-        peers = [x for x in specs if x["impl"] != "crawlq"]
+        peers = _peers(group, groups)
         if ratios and peers:
             rows = []
             for peer in peers:
@@ -266,7 +270,7 @@ def write(document: Result, path: Path) -> None:
     lines += ["## Targets", ""]
     rows = []
     for group, column, impl, goal in TARGETS:
-        spec = next((x for x in groups.get(group, []) if x["impl"] == impl), None)
+        spec = next((x for x in _peers(group, groups) if x["impl"] == impl), None)
         if spec is None:
             continue
         col = next(c for c in RATIOS[group.split()[0]] if c[0] == column)
@@ -279,6 +283,21 @@ def write(document: Result, path: Path) -> None:
         lines += ["The targets are stated for the full sizes; these are QUICK sizes.", ""]
     path.write_text("\n".join(lines))
     chart(bars, chart_path(path), document)
+
+
+def _peers(group: str, groups: dict[str, list[Result]]) -> list[Result]:
+    """The peers crawlq is compared with in ``group``.
+
+    A1 (asyncio) adds the synchronous peers of W2 on the same backend: they
+    have no asyncio scheduler, so the comparison is with what one process of
+    theirs does on the same plan.
+    """
+    peers = [x for x in groups.get(group, []) if x["impl"] != "crawlq"]
+    workload, _, backend = group.partition(" ")
+    if workload == "A1":
+        w2 = [x for x in groups.get(f"W2 {backend}", []) if x["impl"] != "crawlq"]
+        peers += [{**x, "label": f"{x['label']} (W2, one process)"} for x in w2]
+    return peers
 
 
 def chart_path(report: Path) -> Path:

@@ -183,7 +183,9 @@ def fill_items(count: int, hosts: int, seed: int = 4) -> Iterator[tuple[str, int
 
 # -- the plan: every measurement, declared once ------------------------------------
 
-WORKLOADS = ("W1", "W2", "W3", "W4", "W4K", "W5", "W6", "C1", "E2E")
+WORKLOADS = ("W1", "W2", "A1", "W3", "W4", "W4K", "W5", "W6", "C1", "E2E")
+#: A1's coroutines (asyncio workers in one process).
+A1_COROUTINES = 32
 PEERS = {  # backend -> the peers' adapter names, in table order
     "memory": ("scrapy-spq", "scrapy-dapq", "qcrawl"),
     "sqlite": ("scrapy-jobdir", "qcrawl"),
@@ -286,6 +288,22 @@ def plan(sz: Sizes) -> list[Spec]:
                 )
             )
         specs += _peers("W2", backend, w2, sz)
+    for backend in BACKENDS:
+        a1 = {
+            "seeds": sz.w2_seeds,
+            "steps": sz.w2_steps[backend],
+            "hosts": sz.w1_hosts,
+            "coroutines": A1_COROUTINES,
+        }
+        label = f"Scheduler, {A1_COROUTINES} coroutines"
+        specs.append(Spec("A1", backend, "crawlq", f"crawlq {label}", a1))
+        if backend == "sqlite":
+            steps = sz.qcrawl_disk_w2
+            specs.append(
+                Spec("A1", backend, "qcrawl", f"qcrawl {label} [{steps:,}]", {**a1, "steps": steps})
+            )
+        else:
+            specs.append(Spec("A1", backend, "qcrawl", f"qcrawl {label}", a1))
     specs += [
         Spec("W3", "memory", impl, NAMES.get((impl, "memory"), "crawlq"), {"n": sz.w3})
         for impl in ("crawlq", "scrapy-spq", "qcrawl")
