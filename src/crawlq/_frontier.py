@@ -72,6 +72,7 @@ class Frontier:
         "_origin",
         "_skipped",
         "_store",
+        "_store_ack",
         "_store_add",
         "_store_pop",
         "policy",
@@ -92,6 +93,7 @@ class Frontier:
         self._fingerprinter = fingerprinter
         self._needs_payload = store.needs_payload
         self._store_add = store.add
+        self._store_ack = store.ack
         self._store_pop = store.pop
         self._origin = store.origin
         self._closed = False
@@ -386,9 +388,9 @@ class Frontier:
         """
         lease = getattr(request, "_lease", None)
         if type(lease) is Lease and lease[-1] is self._origin and not self._closed:
-            self._store.ack((lease,))
+            self._store_ack((lease,))
         else:
-            self._store.ack(self._leases((request,)))
+            self._store_ack(self._leases((request,)))
 
     def ack_many(self, requests: Iterable[Request]) -> None:
         """Mark several popped requests done, in one store operation (see `ack`)."""

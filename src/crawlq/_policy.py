@@ -119,7 +119,7 @@ class Slot:
     it current and call `Board.place` after every change to a slot.
     """
 
-    __slots__ = ("head", "leased", "name", "ready_at", "state")
+    __slots__ = ("entry", "head", "leased", "name", "ready_at", "state")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -127,6 +127,9 @@ class Slot:
         self.leased = 0
         self.ready_at = 0.0
         self.state = IDLE
+        #: The slot's live entry in the ready heap (None unless READY): any
+        #: other entry of the slot there is stale.
+        self.entry: tuple[int, int, int, Slot] | None = None
 
 
 class Board:
@@ -138,10 +141,10 @@ class Board:
     Slots at ``host_concurrency`` sit in neither until a lease ends. Both pops
     are O(log slots).
 
-    Heap entries are never removed in place: an entry is live while it still
-    describes its slot (same state, lease count and head), stale entries are
-    dropped when they reach the top, and the ready heap is rebuilt when stale
-    entries outnumber live ones. ``forget`` is called for a slot with nothing
+    Heap entries are never removed in place: a slot's live entry is the one it
+    holds (``slot.entry``; a new filing makes the old one stale), stale
+    entries are dropped when they reach the top, and the ready heap is rebuilt
+    when stale entries outnumber live ones. ``forget`` is called for a slot with nothing
     queued or leased once its delay has passed, so the store can drop it.
     """
 
@@ -166,6 +169,7 @@ class Board:
             return
         if state == READY:
             self._ready_slots -= 1
+            slot.entry = None
         head = slot.head
         if head is None or slot.leased >= self._concurrency:
             slot.state = IDLE
@@ -182,7 +186,8 @@ class Board:
         else:
             slot.state = READY
             self._ready_slots += 1
-            heappush(self._ready, (head[0], slot.leased, head[1], slot))
+            entry = slot.entry = (head[0], slot.leased, head[1], slot)
+            heappush(self._ready, entry)
             if len(self._ready) > 2 * self._ready_slots + 64:
                 self._compact()
 
@@ -200,13 +205,7 @@ class Board:
         while ready:
             entry = ready[0]
             slot = entry[3]
-            head = slot.head
-            if (
-                slot.state == READY
-                and slot.leased == entry[1]
-                and head is not None
-                and head[1] == entry[2]
-            ):
+            if slot.entry is entry:
                 return slot
             heappop(ready)  # stale
         return None
@@ -223,17 +222,19 @@ class Board:
         head = slot.head
         if head is not None and slot.leased < self._concurrency and slot.ready_at <= now:
             # Still ready: replace its entry at the top in one sift.
-            heapreplace(self._ready, (head[0], slot.leased, head[1], slot))
+            entry = slot.entry = (head[0], slot.leased, head[1], slot)
+            heapreplace(self._ready, entry)
         else:
             heappop(self._ready)
             slot.state = IDLE
+            slot.entry = None
             self._ready_slots -= 1
             self.place(slot, now)
 
     def next_ready_in(self, now: float) -> float | None:
         """Seconds until `take` may return a slot; None if no slot is filed."""
         ready = self._ready
-        while ready and not _live(ready[0]):
+        while ready and ready[0][3].entry is not ready[0]:
             heappop(ready)
         if ready:
             return 0.0
@@ -245,6 +246,8 @@ class Board:
         return None
 
     def clear(self) -> None:
+        for entry in self._ready:
+            entry[3].entry = None
         self._ready.clear()
         self._delayed.clear()
         self._ready_slots = 0
@@ -259,17 +262,8 @@ class Board:
                 self.place(slot, now)
 
     def _compact(self) -> None:
-        live = {id(entry[3]): entry for entry in self._ready if _live(entry)}
-        self._ready = list(live.values())
+        self._ready = [entry for entry in self._ready if entry[3].entry is entry]
         heapify(self._ready)
-
-
-def _live(entry: tuple[int, int, int, Slot]) -> bool:
-    slot = entry[3]
-    head = slot.head
-    return (
-        slot.state == READY and slot.leased == entry[1] and head is not None and head[1] == entry[2]
-    )
 
 
 def _due(entry: tuple[float, str, Slot]) -> bool:
