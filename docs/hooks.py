@@ -4,8 +4,12 @@ A line ``<!-- readme: Section Title -->`` in a page is replaced by that ``##``
 section of README.md (its subheadings one level down, under the page's own
 headings); ``<!-- file: path -->`` by a Markdown file of the repository
 without its ``#`` title, and ``<!-- file-deeper: path -->`` the same with its
-headings one level down. A name that matches nothing fails the build, so a
-renamed section cannot drop out silently. The benchmark chart is copied in.
+headings one level down; ``<!-- generated: scrapy-settings -->`` by the
+settings table of ``crawlq.contrib.scrapy`` (the code's own list), and
+``<!-- generated: cli-reference -->`` by every command and option of the
+``crawlq`` command, read from the typer app. A name that matches nothing
+fails the build, so a renamed section cannot drop out silently. The
+benchmark chart is copied in.
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-_DIRECTIVE = re.compile(r"^<!-- (readme|file|file-deeper): (.+?) -->$", re.MULTILINE)
+_DIRECTIVE = re.compile(
+    r"^<!-- (readme|file|file-deeper|generated): (.+?) -->$", re.MULTILINE
+)
 
 
 def readme_sections(text: str) -> dict[str, str]:
@@ -44,6 +50,10 @@ def expand(markdown: str) -> str:
 
     def replace(match: re.Match[str]) -> str:
         kind, name = match.groups()
+        if kind == "generated":
+            if name not in GENERATORS:
+                raise ValueError(f"no generated block {name!r}: {sorted(GENERATORS)}")
+            return GENERATORS[name]()
         if kind != "readme":
             text = re.sub(r"\A# .*\n", "", (ROOT / name).read_text())
             return _deeper(text) if kind == "file-deeper" else text
@@ -52,6 +62,48 @@ def expand(markdown: str) -> str:
         return _deeper(sections[name])
 
     return _DIRECTIVE.sub(replace, markdown)
+
+
+def scrapy_settings() -> str:
+    """The settings table of ``crawlq.contrib.scrapy``'s docstring, as it stands."""
+    import crawlq.contrib.scrapy
+
+    lines = (crawlq.contrib.scrapy.__doc__ or "").splitlines()
+    table = [line for line in lines if line.startswith("|")]
+    if len(table) < 3:
+        raise ValueError("crawlq.contrib.scrapy's docstring has no settings table")
+    return "\n".join(table) + "\n"
+
+
+def cli_reference() -> str:
+    """Every ``crawlq`` command with its arguments and options, from the typer app."""
+    import click
+    import typer.main
+
+    from crawlq.cli import app
+
+    group = typer.main.get_command(app)
+    out = []
+    for name, command in sorted(group.commands.items()):  # type: ignore[attr-defined]
+        out += [f"#### `crawlq {name}`", "", (command.help or "").strip().split("\n\n")[0], ""]
+        rows = []
+        for param in command.params:
+            if param.name == "help":
+                continue
+            if isinstance(param, click.Argument):
+                names = "`" + (param.name or "").upper() + "`"
+            else:
+                names = ", ".join(f"`{opt}`" for opt in (*param.opts, *param.secondary_opts))
+            text = " ".join((getattr(param, "help", None) or "").split())
+            default = param.default if isinstance(param, click.Option) else None
+            shown = "" if default in (None, False, (), []) else f"`{default}`"
+            rows.append(f"| {names} | {shown} | {text} |")
+        if rows:
+            out += ["| argument or option | default | meaning |", "| --- | --- | --- |", *rows, ""]
+    return "\n".join(out) + "\n"
+
+
+GENERATORS = {"scrapy-settings": scrapy_settings, "cli-reference": cli_reference}
 
 
 def _deeper(section: str) -> str:

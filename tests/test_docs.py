@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -94,7 +95,7 @@ def test_every_page_names_sections_and_files_that_exist() -> None:
 
 
 def test_every_readme_section_is_on_a_page() -> None:
-    """Nothing in the README is missing from the site."""
+    """Nothing in the README is missing from the site (but its list of the site's pages)."""
     hooks = _hooks()
     sections = set(hooks.readme_sections((ROOT / "README.md").read_text()))
     used = set()
@@ -102,7 +103,23 @@ def test_every_readme_section_is_on_a_page() -> None:
         for line in page.read_text().splitlines():
             if line.startswith("<!-- readme: "):
                 used.add(line.removeprefix("<!-- readme: ").removesuffix(" -->"))
-    assert sections - used == set()
+    assert sections - used == {"Documentation"}
+
+
+def _links(text: str) -> set[str]:
+    return {link.split("#")[0] for link in re.findall(r"\]\(([^)\s]+\.md(?:#[^)]*)?)\)", text)}
+
+
+def test_the_readme_and_the_home_page_lead_to_every_page() -> None:
+    """A newcomer reaches every page from the README, and from the site's home page."""
+    nav = set(re.findall(r":\s+(\S+\.md)$", (ROOT / "mkdocs.yml").read_text(), re.MULTILINE))
+    assert len(nav) >= 10
+    readme = {link.removeprefix("docs/") for link in _links((ROOT / "README.md").read_text())}
+    assert nav - {"index.md", "reference/scrapy.md"} <= readme
+    home = _links((DOCS / "index.md").read_text())
+    assert nav - {"index.md", "reference/scrapy.md"} <= home
+    for link in readme | home:
+        assert (DOCS / link).exists(), link
 
 
 def test_the_site_builds_with_no_warning(tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
-"""Every code sample in README.md runs, and the CLI synopsis lists every option.
+"""Every code sample in README.md and docs/ runs, and the CLI synopsis lists every option.
 
-Python blocks are run in a fresh directory, section by section. A line that is
+Python blocks are run in a fresh directory, section by section (a section is
+``FILE: heading``, the nearest ``##`` heading or else the page's title). A line that is
 an expression followed by a comment starting with a Python literal
 (``frontier.add(r)  # True``, ``... # [False, True]: ...``) is checked: the
 expression must equal the literal. Blocks that name places that do not exist
@@ -25,26 +26,31 @@ import crawlq
 from crawlq.cli import app
 
 ROOT = Path(__file__).parent.parent
-README = (ROOT / "README.md").read_text()
+#: The README, then every page of the documentation site.
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 EXAMPLE = (ROOT / "examples" / "crawl.py").read_text()
 
 
 def blocks(language: str) -> list[tuple[str, str]]:
-    """``(section title, code)`` of every fenced block in ``language``, in order."""
+    """``("FILE: section", code)`` of every fenced block in ``language``, in order."""
     found = []
-    section = ""
-    lines = iter(README.splitlines())
-    for line in lines:
-        if line.startswith("## "):
-            section = line[3:].strip()
-        elif line.startswith("```"):
-            code = []
-            for inner in lines:
-                if inner.strip() == "```":
-                    break
-                code.append(inner)
-            if line[3:].strip() == language:
-                found.append((section, "\n".join(code) + "\n"))
+    for page in PAGES:
+        name = page.relative_to(ROOT).as_posix()
+        section = ""
+        lines = iter(page.read_text().splitlines())
+        for line in lines:
+            if line.startswith("# ") and not section:
+                section = line[2:].strip()
+            elif line.startswith("## "):
+                section = line[3:].strip()
+            elif line.startswith("```"):
+                code = []
+                for inner in lines:
+                    if inner.strip() == "```":
+                        break
+                    code.append(inner)
+                if line[3:].strip() == language:
+                    found.append((f"{name}: {section}", "\n".join(code) + "\n"))
     return found
 
 
@@ -117,20 +123,21 @@ def run(code: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, object]:
 
 
 def test_every_python_block_is_covered() -> None:
-    sections = {section for section, _ in PYTHON}
-    assert sections == {
-        "The frontier (synchronous core)",
-        "Durable jobs (SQLite)",
-        "asyncio",
-        "Using crawlq with Scrapy",
-        "Redis: many crawler processes, one frontier",
-    }, "a new README section has Python code: run it in this file"
+    sections = [section for section, _ in PYTHON]
+    assert sections == [
+        "README.md: A short tour",
+        "README.md: A short tour",
+        "docs/asyncio.md: asyncio",
+        "docs/scrapy.md: Scrapy",
+        "docs/stores.md: Durable jobs (SQLite)",
+        "docs/stores.md: Redis: many crawler processes, one frontier",
+    ], "a new section has Python code: run it in this file"
 
 
 def test_the_frontier_block_runs_and_its_results_hold(
     in_tmp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (code,) = [code for section, code in PYTHON if section.startswith("The frontier")]
+    code = next(code for section, code in PYTHON if section == "README.md: A short tour")
     code, checks = checked(code)
     assert checks >= 6
     namespace = run(code, monkeypatch)
@@ -139,7 +146,7 @@ def test_the_frontier_block_runs_and_its_results_hold(
 
 
 def test_the_durable_jobs_block_runs(in_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    (code,) = [code for section, code in PYTHON if section.startswith("Durable jobs")]
+    (code,) = [code for section, code in PYTHON if section.endswith("Durable jobs (SQLite)")]
     assert "sqlite:////var/crawls/shop.db" in code
     code = code.replace("sqlite:////var/crawls/", f"sqlite:///{in_tmp}/var-crawls-")
     run(f"import crawlq\n{code}", monkeypatch)
@@ -151,7 +158,11 @@ def test_the_durable_jobs_block_runs(in_tmp: Path, monkeypatch: pytest.MonkeyPat
 def test_the_redis_block_runs_against_a_real_server(
     redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (code,) = [code for section, code in PYTHON if section.startswith("Redis")]
+    (code,) = [
+        code
+        for section, code in PYTHON
+        if section.endswith(": Redis: many crawler processes, one frontier")
+    ]
     assert "redis://user:pass@host:6379/0?crawl=shop" in code
     code = code.replace("redis://user:pass@host:6379/0", redis_url)
     namespace = run(f"import crawlq\n{code}", monkeypatch)
@@ -159,20 +170,27 @@ def test_the_redis_block_runs_against_a_real_server(
 
 
 def test_the_scrapy_block_names_the_scheduler(monkeypatch: pytest.MonkeyPatch) -> None:
-    (code,) = [code for section, code in PYTHON if section.startswith("Using crawlq with Scrapy")]
-    namespace = run(code, monkeypatch)
-    module, _, name = str(namespace["SCHEDULER"]).rpartition(".")
-    assert getattr(__import__(module, fromlist=[name]), name) is not None
+    codes = [code for section, code in PYTHON if "SCHEDULER =" in code]
+    assert [section for section, code in PYTHON if "SCHEDULER =" in code] == [
+        "README.md: A short tour",
+        "docs/scrapy.md: Scrapy",
+    ]
+    for code in codes:
+        namespace = run(code, monkeypatch)
+        module, _, name = str(namespace["SCHEDULER"]).rpartition(".")
+        assert getattr(__import__(module, fromlist=[name]), name) is not None
 
 
 def test_the_asyncio_block_is_the_example_file_word_for_word() -> None:
-    (code,) = [code for section, code in PYTHON if section == "asyncio"]
+    (code,) = [code for section, code in PYTHON if section == "docs/asyncio.md: asyncio"]
     assert "async def crawl(" in code
     assert code in EXAMPLE
 
 
 def test_the_cli_synopsis_lists_every_command_and_option() -> None:
-    (synopsis,) = [code for section, code in blocks("") if section == "Command line"]
+    (synopsis,) = [
+        code for section, code in blocks("") if section == "docs/operations.md: Command line"
+    ]
     group = typer.main.get_command(app)
     listed: dict[str, set[str]] = {}
     for line in synopsis.splitlines():

@@ -138,14 +138,14 @@ def test_a_value_msgpack_cannot_store_is_refused_by_name_and_the_old_state_kept(
     assert _run(crawl)["loaded"]["runs"] == 1
 
 
-def test_the_readme_settings_blocks_name_real_classes() -> None:
-    # The Scrapy section's settings snippets (```py): every dotted class path
-    # they set must import, so a rename cannot leave the README behind.
+def test_the_docs_settings_blocks_name_real_classes() -> None:
+    # The Scrapy page's settings snippets (```py): every dotted class path
+    # they set must import, so a rename cannot leave the docs behind.
     import importlib
 
     from tests.test_readme import blocks
 
-    snippets = [code for section, code in blocks("py") if section.startswith("Using crawlq")]
+    snippets = [code for section, code in blocks("py") if section == "docs/scrapy.md: Scrapy"]
     assert len(snippets) == 2
     paths: list[str] = []
     for code in snippets:
