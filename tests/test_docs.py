@@ -138,3 +138,17 @@ def test_the_site_builds_with_no_warning(tmp_path: Path) -> None:
         assert f'id="crawlq.{name}"' in api, name
     home = (tmp_path / "index.html").read_text()
     assert "Find what you need" in home
+
+
+def test_the_scrapy_settings_table_lists_every_setting_the_code_reads() -> None:
+    """The generated table is the code's list: a setting read but not listed (or the
+    reverse) fails here."""
+    import crawlq.contrib.scrapy
+
+    read = set()
+    for module in (ROOT / "src" / "crawlq" / "contrib").glob("*.py"):
+        read |= set(re.findall(r'"(CRAWLQ_[A-Z_]+)"', module.read_text()))
+    doc = crawlq.contrib.scrapy.__doc__ or ""
+    listed = set(re.findall(r"^\| `(CRAWLQ_[A-Z_]+)`", doc, re.MULTILINE))
+    assert read == listed
+    assert _hooks().scrapy_settings().count("| `CRAWLQ_") == len(listed)

@@ -14,10 +14,13 @@ there word for word.
 from __future__ import annotations
 
 import ast
+import http.server
 import os
 import re
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import typer.main
@@ -128,6 +131,7 @@ def test_every_python_block_is_covered() -> None:
         "README.md: A short tour",
         "README.md: A short tour",
         "docs/asyncio.md: asyncio",
+        "docs/getting-started.md: A 20-line crawler",
         "docs/scrapy.md: Scrapy",
         "docs/stores.md: Durable jobs (SQLite)",
         "docs/stores.md: Redis: many crawler processes, one frontier",
@@ -207,3 +211,50 @@ def test_the_cli_synopsis_lists_every_command_and_option() -> None:
             if opt.startswith("--")
         }
         assert listed[name] == options, name
+
+
+def test_the_20_line_crawler_crawls_a_local_site(
+    in_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run against a small site on 127.0.0.1: every page once, a broken link
+    logged and done, links elsewhere left out; run again, nothing more."""
+    (code,) = [code for section, code in PYTHON if section.endswith("A 20-line crawler")]
+    assert len(code.strip().splitlines()) <= 35
+    site = in_tmp / "site"
+    site.mkdir()
+    pages = {
+        "index.html": '<a href="a.html">a</a> <a href="b.html">b</a> <a href="mailto:x@y">m</a>',
+        "a.html": '<a href="b.html">b</a> <a href="c.html">c</a> <a href="https://elsewhere.test/">x</a>',
+        "b.html": '<a href="index.html">home</a> <a href="missing.html">gone</a>',
+        "c.html": "no links",
+    }
+    for name, html in pages.items():
+        (site / name).write_text(html)
+    served: list[str] = []
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, directory=str(site), **kwargs)
+
+        def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+            served.append(self.path)  # once per request, whatever its status
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        start = f"http://127.0.0.1:{server.server_port}/index.html"
+        code = code.replace('"https://example.com/"', repr(start))
+        code = code.replace("host_delay=0.5", "host_delay=0.01")
+        run(code, monkeypatch)
+        assert sorted(served) == sorted(f"/{name}" for name in [*pages, "missing.html"])
+        served.clear()
+        run(code, monkeypatch)  # resumes a finished job: nothing to fetch
+        assert served == []
+    finally:
+        server.shutdown()
+        thread.join(5)
+    assert (in_tmp / "crawls" / "example" / "crawlq.db").exists()
