@@ -18,6 +18,7 @@ import http.server
 import os
 import re
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -131,6 +132,11 @@ def test_every_python_block_is_covered() -> None:
         "README.md: A short tour",
         "README.md: A short tour",
         "docs/asyncio.md: asyncio",
+        "docs/controls.md: Block a host",
+        "docs/controls.md: A host's own policy",
+        "docs/controls.md: At most N requests per host",
+        "docs/controls.md: Crawl again after a while",
+        "docs/controls.md: React to a 429 in an asyncio crawler",
         "docs/getting-started.md: A 20-line crawler",
         "docs/scrapy.md: Scrapy",
         "docs/stores.md: Durable jobs (SQLite)",
@@ -258,3 +264,64 @@ def test_the_20_line_crawler_crawls_a_local_site(
         server.shutdown()
         thread.join(5)
     assert (in_tmp / "crawls" / "example" / "crawlq.db").exists()
+
+
+def test_the_control_blocks_run_and_their_results_hold(monkeypatch: pytest.MonkeyPatch) -> None:
+    sections = ["Block a host", "A host's own policy", "At most N", "Crawl again after"]
+    for wanted in sections:
+        (code,) = [code for section, code in PYTHON if f"docs/controls.md: {wanted}" in section]
+        code, checks = checked(code)
+        assert checks >= 1, wanted
+        run(code, monkeypatch)
+
+
+def test_the_429_block_waits_out_retry_after_against_a_local_server(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The server answers the first request of /2 with 429 and Retry-After: 1."""
+    (code,) = [
+        code for section, code in PYTHON if section.endswith("React to a 429 in an asyncio crawler")
+    ]
+    hits: list[tuple[float, str]] = []
+    refused: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            hits.append((time.monotonic(), self.path))
+            status = 200
+            if self.path == "/2" and not refused:
+                refused.append(self.path)
+                status = 429
+            self.send_response(status)
+            if status == 429:
+                self.send_header("Retry-After", "1")
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        assert '"http://shop.example/' in code
+        code = code.replace("http://shop.example", f"http://127.0.0.1:{server.server_port}")
+        namespace = run(code, monkeypatch)
+    finally:
+        server.shutdown()
+        thread.join(5)
+    assert sorted(str(url).rsplit("/", 1)[1] for url in namespace["fetched"]) == list("01234")
+    first, again = [at for at, path in hits if path == "/2"]
+    assert again - first >= 0.95  # put back, and handed out after the block
+    assert sorted(path for _, path in hits) == ["/0", "/1", "/2", "/2", "/3", "/4"]
+
+
+def test_the_middleware_snippet_names_a_real_middleware() -> None:
+    (code,) = [code for section, code in blocks("py") if section.startswith("docs/controls.md")]
+    namespace: dict[str, Any] = {}
+    exec(code, namespace)
+    for path in namespace["DOWNLOADER_MIDDLEWARES"]:
+        module, _, name = path.rpartition(".")
+        assert getattr(__import__(module, fromlist=[name]), name) is not None

@@ -11,6 +11,7 @@ out the next one in priority order at the right pace for each host.
     >>> frontier.ack(request)
 """
 
+from ._controls import HostPolicy
 from ._errors import (
     ConfigError,
     CorruptStore,
@@ -48,6 +49,7 @@ __all__ = [
     "FrontierClosed",
     "FrontierStats",
     "HostCount",
+    "HostPolicy",
     "IncompatibleStore",
     "InvalidRequest",
     "JobLocked",

@@ -9,6 +9,7 @@ from types import TracebackType
 from typing import Any, Final, Literal, overload
 
 from ._batch import as_request, check_fingerprint_count, check_state, with_skipped
+from ._controls import HostControls
 from ._errors import FrontierClosed, InvalidRequest, LeaseError
 from ._fingerprint import Fingerprinter
 from ._lease import NOT_HANDED_OUT, Lease
@@ -44,9 +45,12 @@ class FrontierStats:
     #: Invalid requests ``add_many(..., invalid="skip")`` skipped through this
     #: frontier object since it was opened (not stored: one process's count).
     skipped: int = 0
+    #: Adds refused because their host reached ``max_requests_per_host``
+    #: (kept by the store: every worker's, each attempt counted).
+    capped: int = 0
 
 
-class Frontier:
+class Frontier(HostControls):
     """Stores requests, drops the ones already seen, hands out the next ready one.
 
     Use `open_frontier` to make one. Every method is synchronous and returns
@@ -435,7 +439,12 @@ class Frontier:
         return counts.queued + counts.leased
 
     def stats(self, *, hosts: bool | int = False) -> FrontierStats:
-        """Return counts from the store; ``hosts=True`` (or a limit) adds per-host counts."""
+        """Return counts from the store; ``hosts=True`` (or a limit) adds per-host figures.
+
+        Per host (`HostCount`): queued, leased, seconds left of a block, its
+        own policy and how many requests it ever had accepted; the busiest
+        hosts first, then blocked hosts and hosts with a policy of their own.
+        """
         if self._closed:
             raise FrontierClosed(f"frontier {self.url} is closed")
         with self._lock:
@@ -453,6 +462,7 @@ class Frontier:
             per_host,
             extra,
             self._skipped,
+            counts.capped,
         )
 
     def load_state(self) -> dict[str, Any]:

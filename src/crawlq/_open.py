@@ -24,6 +24,8 @@ _POLICY_OPTIONS: Final = (
     "lifo",
     "lease_timeout",
     "ack_delay",
+    "max_requests_per_host",
+    "seen_ttl",
     "clock",
 )
 _COMMON_OPTIONS: Final = (*_POLICY_OPTIONS, "fingerprinter", "max_url_length")
@@ -115,7 +117,11 @@ def open_frontier(url: str = "memory://", **options: Any) -> Frontier:
     for one host, default 0), ``host_concurrency`` (most leased at once per
     host, default no limit), ``lifo`` (newest first within a priority, default
     False), ``lease_timeout`` (seconds before an un-acked request comes back,
-    default 600), ``fingerprinter`` (a `Fingerprinter`, default
+    default 600), ``ack_delay`` (seconds an ack may wait for the store's next
+    write, default 0.5), ``max_requests_per_host`` (further adds of a host
+    that had this many accepted return False and count as capped, default
+    no cap), ``seen_ttl`` (seconds a fingerprint counts as seen, default
+    forever), ``fingerprinter`` (a `Fingerprinter`, default
     ``Fingerprinter()``), ``max_url_length`` (longest URL accepted, in
     characters, default `MAX_URL_LENGTH`: 32 KiB) and ``clock`` (a seconds
     function, for tests).

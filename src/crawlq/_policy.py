@@ -29,6 +29,8 @@ __all__ = [
     "LeaseDeadlines",
     "Policy",
     "Slot",
+    "check_count",
+    "check_seconds",
     "order_key",
 ]
 
@@ -63,19 +65,19 @@ class Policy:
     lifo: bool = False
     lease_timeout: float = 600.0
     ack_delay: float = 0.5
+    max_requests_per_host: int | None = None
+    seen_ttl: float | None = None
     clock: Callable[[], float] = field(default=time.monotonic, compare=False)
 
     def __post_init__(self) -> None:
         _number("host_delay", self.host_delay, minimum=0.0, inclusive=True)
         _number("lease_timeout", self.lease_timeout, minimum=0.0, inclusive=False)
         _number("ack_delay", self.ack_delay, minimum=0.0, inclusive=True)
-        concurrency = self.host_concurrency
-        if concurrency is not None and (
-            isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
-        ):
-            raise ConfigError(
-                f"host_concurrency must be an int >= 1, or None for no limit, not {concurrency!r}"
-            )
+        check_count("host_concurrency", self.host_concurrency, "for no limit")
+        check_count("max_requests_per_host", self.max_requests_per_host, "for no cap")
+        if self.seen_ttl is not None:
+            _number("seen_ttl", self.seen_ttl, minimum=0.0, inclusive=False)
+            object.__setattr__(self, "seen_ttl", float(self.seen_ttl))
         if not isinstance(self.lifo, bool):
             raise ConfigError(f"lifo must be True or False, not {self.lifo!r}")
         if not callable(self.clock):
@@ -83,6 +85,17 @@ class Policy:
         object.__setattr__(self, "host_delay", float(self.host_delay))
         object.__setattr__(self, "lease_timeout", float(self.lease_timeout))
         object.__setattr__(self, "ack_delay", float(self.ack_delay))
+
+
+def check_count(name: str, value: Any, none_means: str) -> None:
+    """Refuse a count that is not an int >= 1 or None (`ConfigError` naming ``name``)."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ConfigError(f"{name} must be an int >= 1, or None {none_means}, not {value!r}")
+
+
+def check_seconds(name: str, value: Any) -> float:
+    """Return a finite number of seconds >= 0 as a float; `ConfigError` naming ``name``."""
+    return _number(name, value, minimum=0.0, inclusive=True)
 
 
 #: Keys of requests added in the other order than the store's are moved by
@@ -116,10 +129,11 @@ class Slot:
 
     ``head`` is a sequence whose first two items are ``(-priority, order)`` of
     the slot's best queued request, or None when nothing is queued; stores keep
-    it current and call `Board.place` after every change to a slot.
+    it current and call `Board.place` after every change to a slot. A store
+    that makes a slot calls `Board.adopt` on it before filing it.
     """
 
-    __slots__ = ("entry", "head", "leased", "name", "ready_at", "state")
+    __slots__ = ("concurrency", "delay", "entry", "head", "leased", "name", "ready_at", "state")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -130,6 +144,13 @@ class Slot:
         #: The slot's live entry in the ready heap (None unless READY): any
         #: other entry of the slot there is stale.
         self.entry: tuple[int, int, int, Slot] | None = None
+        #: This host's delay and concurrency limit (the policy's, or its own).
+        self.delay = 0.0
+        self.concurrency = _NO_LIMIT
+
+
+#: A concurrency limit no host reaches.
+_NO_LIMIT: Final = 1 << 62
 
 
 class Board:
@@ -146,17 +167,121 @@ class Board:
     entries are dropped when they reach the top, and the ready heap is rebuilt
     when stale entries outnumber live ones. ``forget`` is called for a slot with nothing
     queued or leased once its delay has passed, so the store can drop it.
+
+    Host controls live here too, by host name, so they outlive the slots the
+    store drops: ``overrides`` (a host's own delay and concurrency) and
+    ``blocks`` (a host hands out nothing until a time). A block is a delay
+    that ends at its time: the slot's ``ready_at`` moves there, and the
+    pacing time it had is kept to come back to on `unblock`. ``slots`` is
+    the store's own map of live slots by name.
     """
 
-    __slots__ = ("_concurrency", "_delay", "_delayed", "_forget", "_ready", "_ready_slots")
+    __slots__ = (
+        "_concurrency",
+        "_delay",
+        "_delayed",
+        "_forget",
+        "_ready",
+        "_ready_slots",
+        "_slots",
+        "blocks",
+        "overrides",
+    )
 
-    def __init__(self, policy: Policy, forget: Callable[[Slot], None]) -> None:
+    def __init__(
+        self, policy: Policy, forget: Callable[[Slot], None], slots: Mapping[str, Slot]
+    ) -> None:
         self._delay = policy.host_delay
-        self._concurrency = policy.host_concurrency or (1 << 62)
+        self._concurrency = policy.host_concurrency or _NO_LIMIT
         self._forget = forget
+        self._slots = slots
         self._ready: list[tuple[int, int, int, Slot]] = []
         self._delayed: list[tuple[float, str, Slot]] = []
         self._ready_slots = 0
+        #: Host -> (delay or None, concurrency or None): its own policy.
+        self.overrides: dict[str, tuple[float | None, int | None]] = {}
+        #: Host -> (blocked until, the pacing time it had before the block).
+        self.blocks: dict[str, tuple[float, float]] = {}
+
+    def adopt(self, slot: Slot) -> None:
+        """Give a new slot its host's policy and any block on it (before filing it)."""
+        name = slot.name
+        override = self.overrides.get(name) if self.overrides else None
+        if override is None:
+            slot.delay = self._delay
+            slot.concurrency = self._concurrency
+        else:
+            delay, concurrency = override
+            slot.delay = self._delay if delay is None else delay
+            slot.concurrency = self._concurrency if concurrency is None else concurrency
+        if self.blocks:
+            block = self.blocks.get(name)
+            if block is not None and block[0] > slot.ready_at:
+                self.blocks[name] = (block[0], slot.ready_at)
+                slot.ready_at = block[0]
+
+    def block(self, name: str, until: float, now: float) -> bool:
+        """Hand out nothing of host ``name`` before ``until``; False if already blocked longer."""
+        block = self.blocks.get(name)
+        if block is not None and block[0] >= until:
+            return False
+        slot = self._slots.get(name)
+        if block is not None and block[0] > now:
+            pace = block[1]
+        else:
+            pace = slot.ready_at if slot is not None else 0.0
+        self.blocks[name] = (until, pace)
+        if slot is not None:
+            slot.ready_at = until
+            self._refile(slot, now)
+        return True
+
+    def unblock(self, name: str, now: float) -> bool:
+        """End a block on host ``name`` now; False if it had none."""
+        block = self.blocks.pop(name, None)
+        if block is None:
+            return False
+        slot = self._slots.get(name)
+        if slot is not None and slot.ready_at == block[0]:
+            slot.ready_at = block[1]
+            self._refile(slot, now)
+        return block[0] > now
+
+    def pace(self, slot: Slot) -> float:
+        """The slot's pacing time: its ``ready_at``, or the one a block put aside."""
+        if self.blocks:
+            block = self.blocks.get(slot.name)
+            if block is not None and slot.ready_at == block[0]:
+                return block[1]
+        return slot.ready_at
+
+    def blocked(self, now: float) -> dict[str, float]:
+        """Hosts blocked now, with the time each block ends; ended blocks are dropped."""
+        blocks = self.blocks
+        for name in [name for name, (until, _) in blocks.items() if until <= now]:
+            del blocks[name]
+        return {name: until for name, (until, _) in blocks.items()}
+
+    def set_policy(
+        self, name: str, delay: float | None, concurrency: int | None, now: float
+    ) -> None:
+        """Give host ``name`` its own delay and/or concurrency (None: the policy's).
+
+        A new delay counts from the host's next pop; a new limit applies now.
+        """
+        if delay is None and concurrency is None:
+            self.overrides.pop(name, None)
+        else:
+            self.overrides[name] = (delay, concurrency)
+        slot = self._slots.get(name)
+        if slot is not None:
+            self.adopt(slot)
+            self._refile(slot, now)
+
+    def _refile(self, slot: Slot, now: float) -> None:
+        if slot.state == DELAYED:
+            slot.state = IDLE  # its entry in the delayed heap goes stale
+        self.place(slot, now)
 
     def place(self, slot: Slot, now: float) -> None:
         """File a slot where its state calls for, after any change to its head or leases.
@@ -171,7 +296,7 @@ class Board:
             self._ready_slots -= 1
             slot.entry = None
         head = slot.head
-        if head is None or slot.leased >= self._concurrency:
+        if head is None or slot.leased >= slot.concurrency:
             slot.state = IDLE
             if head is None and not slot.leased:
                 if slot.ready_at <= now:
@@ -217,10 +342,10 @@ class Board:
         set the slot's new head.
         """
         slot.leased += 1
-        if self._delay:
-            slot.ready_at = now + self._delay
+        if slot.delay:
+            slot.ready_at = now + slot.delay
         head = slot.head
-        if head is not None and slot.leased < self._concurrency and slot.ready_at <= now:
+        if head is not None and slot.leased < slot.concurrency and slot.ready_at <= now:
             # Still ready: replace its entry at the top in one sift.
             entry = slot.entry = (head[0], slot.leased, head[1], slot)
             heapreplace(self._ready, entry)

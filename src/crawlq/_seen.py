@@ -1,4 +1,4 @@
-"""A compact, exact set of fingerprints for in-memory deduplication.
+"""Exact sets of fingerprints for in-memory deduplication.
 
 A Python ``set`` of 16-byte ``bytes`` costs about 100 bytes per member. This
 set keeps the fingerprints packed in ``bytearray`` buckets chosen by their
@@ -6,13 +6,18 @@ leading bits: a lookup is one C-level search of a bucket of a few dozen
 fingerprints, and a member costs about 20 bytes. When buckets grow past an
 average of 64 members, their number doubles (each splits in two by the next
 bit), so lookups stay short at any size.
+
+`ExpiringFingerprints` is the set for ``seen_ttl``: a fingerprint counts as
+seen for that long after it was recorded.
 """
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Callable
 from typing import Final
 
-__all__ = ["FingerprintSet"]
+__all__ = ["ExpiringFingerprints", "FingerprintSet"]
 
 _WIDTH: Final = 16  # bytes of a fingerprint that are kept and compared
 _INITIAL_BITS: Final = 10
@@ -72,6 +77,20 @@ class FingerprintSet:
             found = bucket.find(fingerprint, found + 1)
         return False
 
+    def discard(self, fingerprint: bytes) -> bool:
+        """Remove ``fingerprint``; return False if it was not present."""
+        if len(fingerprint) != _WIDTH:
+            fingerprint = _widen(fingerprint)
+        bucket = self._buckets[int.from_bytes(fingerprint, "big") >> self._shift]
+        found = bucket.find(fingerprint)
+        while found != -1:
+            if not found % _WIDTH:
+                del bucket[found : found + _WIDTH]
+                self._count -= 1
+                return True
+            found = bucket.find(fingerprint, found + 1)
+        return False
+
     def _split(self) -> None:
         # Bucket i splits into 2i and 2i+1 by the next leading bit.
         bit_index = self._bits  # 0-based index of the deciding bit
@@ -100,3 +119,55 @@ def _widen(fingerprint: bytes) -> bytes:
     if len(fingerprint) > _WIDTH:
         return fingerprint[:_WIDTH]
     return fingerprint.ljust(_WIDTH, b"\0")
+
+
+class ExpiringFingerprints:
+    """Fingerprints that count as seen for ``ttl`` seconds after they were recorded.
+
+    A dict of recording times, and the same times in recording order in a
+    deque, so expired fingerprints are dropped from the front as time
+    passes: memory holds the fingerprints of the last ``ttl`` seconds.
+    """
+
+    __slots__ = ("_clock", "_order", "_recorded", "_ttl")
+
+    def __init__(self, ttl: float, clock: Callable[[], float]) -> None:
+        self._ttl = ttl
+        self._clock = clock
+        self._recorded: dict[bytes, float] = {}
+        self._order: deque[tuple[float, bytes]] = deque()
+
+    def _expire(self, now: float) -> None:
+        order = self._order
+        recorded = self._recorded
+        horizon = now - self._ttl
+        while order and order[0][0] <= horizon:
+            at, fingerprint = order.popleft()
+            if recorded.get(fingerprint) == at:
+                del recorded[fingerprint]
+
+    def add(self, fingerprint: bytes) -> bool:
+        """Record ``fingerprint`` now; return False if it is seen (recorded within ``ttl``)."""
+        fingerprint = fingerprint[:_WIDTH]
+        now = self._clock()
+        self._expire(now)
+        if fingerprint in self._recorded:
+            return False
+        self._recorded[fingerprint] = now
+        self._order.append((now, fingerprint))
+        return True
+
+    def __contains__(self, fingerprint: object) -> bool:
+        if not isinstance(fingerprint, bytes):
+            return False
+        self._expire(self._clock())
+        return fingerprint[:_WIDTH] in self._recorded
+
+    def discard(self, fingerprint: bytes) -> bool:
+        """Remove ``fingerprint``; return False if it was not seen."""
+        self._expire(self._clock())
+        return self._recorded.pop(fingerprint[:_WIDTH], None) is not None
+
+    def __len__(self) -> int:
+        self._expire(self._clock())
+        return len(self._recorded)

@@ -319,12 +319,15 @@ def test_finished_requests_leave_nothing_behind_but_their_fingerprints(
     crawl = url.rsplit("=", 1)[1]
     keys = {key.decode() for key in client.scan_iter(f"crawlq:{{{crawl}}}:*")}
     payloads = client.hlen(f"crawlq:{{{crawl}}}:p")
-    client.close()
     assert payloads == 0
     names = {key.rsplit(":", 1)[1] for key in keys}
     # No queue, payload, lease deadline or ready host is left; "lease" may
-    # keep this worker's last outcome (for a retried call), "hosts" pacing.
-    assert {"meta", "seen"} <= names <= {"meta", "seen", "hosts", "lease"}, names
+    # keep this worker's last outcome (for a retried call), "hosts" pacing,
+    # "accepted" one count per host (max_requests_per_host, stats).
+    assert {"meta", "seen", "accepted"} <= names <= {"meta", "seen", "hosts", "lease", "accepted"}
+    accepted = client.hgetall(f"crawlq:{{{crawl}}}:accepted")
+    client.close()
+    assert accepted == {f"h{i}.example".encode(): b"17" if i < 2 else b"16" for i in range(3)}
 
 
 def test_a_lost_pop_reply_returns_the_same_leases(

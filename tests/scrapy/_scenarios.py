@@ -408,9 +408,7 @@ def order_matches_scrapy_lifo(tmp: Path) -> None:
 
 @scenario
 def start_requests_like_others_when_start_queues_are_none(tmp: Path) -> None:
-    order = _order(
-        {"SCHEDULER_START_MEMORY_QUEUE": None, "CRAWLQ_LIFO": False}, stock=False
-    )
+    order = _order({"SCHEDULER_START_MEMORY_QUEUE": None, "CRAWLQ_LIFO": False}, stock=False)
     assert order == ["huge", "s-high", "s1", "s2", "n1", "s3", "n2", "n3", "low"], order
 
 

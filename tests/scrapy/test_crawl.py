@@ -118,9 +118,7 @@ def test_jobdir_crawl_fetches_every_page_once_without_pickle(
     assert not (jobdir / "requests.seen").exists()
 
 
-def test_an_invalid_crawlq_url_stops_the_crawl_at_start(
-    site: ServedSite, make_crawl: Any
-) -> None:
+def test_an_invalid_crawlq_url_stops_the_crawl_at_start(site: ServedSite, make_crawl: Any) -> None:
     result = make_crawl({"SCHEDULER": SCHEDULER, "CRAWLQ_URL": "bogus://nowhere"}).run()
     assert_stopped_at_start(result, site, "CRAWLQ_URL", "bogus")
 

@@ -59,7 +59,11 @@ class SchedulerConfig:
         if url is None or url == "":
             # An absolute sqlite URL, quoted, so that no JOBDIR name can read
             # as another scheme or carry a query.
-            url = f"sqlite:///{quote(str(Path(jobdir, 'crawlq.db').absolute()))}" if jobdir else "memory://"
+            url = (
+                f"sqlite:///{quote(str(Path(jobdir, 'crawlq.db').absolute()))}"
+                if jobdir
+                else "memory://"
+            )
         elif not isinstance(url, str):
             raise ConfigError(
                 f"CRAWLQ_URL must be a str such as 'memory://' or a job directory, not {url!r}"

@@ -25,6 +25,10 @@ requests in the engine at once, downloading or being parsed (the re-fetches afte
 `kill -9`); 0: no limit |
 | `CRAWLQ_LEASE_TIMEOUT` | `600` | seconds before an unfinished request is handed out again |
 | `CRAWLQ_OPTIONS` | `{}` | more `crawlq.open_frontier` options, e.g. `{"synchronous": "full"}` |
+| `CRAWLQ_RETRY_AFTER_DEFAULT` | `60` | seconds `RetryAfterMiddleware` blocks a slot that \
+answered 429 or 503 without a `Retry-After` |
+| `CRAWLQ_RETRY_AFTER_MAX` | `3600` | the longest block (and robots.txt `Crawl-delay`) \
+`RetryAfterMiddleware` sets, in seconds |
 
 (A trailing backslash continues a row on the next line.) Scrapy settings it
 honours: `JOBDIR`; `SCHEDULER_DEBUG` (log every request kept in memory, not
@@ -37,6 +41,11 @@ and `scrapy.dupefilters.BaseDupeFilter` turns deduplication off);
 sends start requests newest first; `None` orders them like the others);
 `DOWNLOAD_DELAY`, `CONCURRENT_REQUESTS_PER_DOMAIN`,
 `CONCURRENT_REQUESTS_PER_IP`.
+
+`RetryAfterMiddleware` (in ``DOWNLOADER_MIDDLEWARES``) blocks a download
+slot in the frontier when it answers 429 or 503 (for its ``Retry-After``),
+and with ``ROBOTSTXT_OBEY`` gives a host its robots.txt ``Crawl-delay``:
+every process of a shared crawl obeys both.
 
 For Scrapy's stock scheduler with ``JOBDIR``, `FifoDiskQueue` and
 `LifoDiskQueue` replace its pickle disk queues (``SCHEDULER_DISK_QUEUE``).
@@ -64,6 +73,7 @@ from ._scrapy_dupefilter import DupeFilter
 from ._scrapy_frontiers import crawlq_priority
 from ._scrapy_queues import FifoDiskQueue, LifoDiskQueue
 from ._scrapy_redis_queues import QueueCheckFailed, RedisFifoQueue, RedisLifoQueue, TransientError
+from ._scrapy_retry_after import RetryAfterMiddleware, retry_after_seconds
 from ._scrapy_scheduler import Scheduler
 from ._scrapy_state import SpiderState
 
@@ -74,9 +84,11 @@ __all__ = [
     "QueueCheckFailed",
     "RedisFifoQueue",
     "RedisLifoQueue",
+    "RetryAfterMiddleware",
     "Scheduler",
     "SpiderState",
     "TransientError",
     "Unserializable",
     "crawlq_priority",
+    "retry_after_seconds",
 ]

@@ -12,13 +12,14 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from dataclasses import replace as dataclass_replace
 from typing import Any, Final
 
 from ._redis_config import RedisURL, parse_url
 from ._redis_conn import Link, acquire_client, pack, redis_module, release_client
-from .base import HostCount
+from .base import HostCount, host_details
 
-__all__ = ["Inspection", "host_counts", "inspect", "purge"]
+__all__ = ["Inspection", "host_counts", "host_policy", "inspect", "purge"]
 
 _SCAN_COUNT: Final = 1000
 _HIST_CHUNK: Final = 200  # hosts per inspect.lua call
@@ -49,7 +50,7 @@ def _scan_hosts(link: Link, prefix: bytes) -> dict[str, tuple[int, int]]:
 def host_counts(
     link: Link, prefix: bytes, limit: int, prefetched: Mapping[str, int]
 ) -> list[HostCount]:
-    """Up to ``limit`` hosts with the most queued requests.
+    """Up to ``limit`` hosts: the most queued first, then blocked or with a policy.
 
     ``prefetched`` counts, per host, requests this process leased ahead and has
     not handed out: they are reported as queued. Costs O(hosts) on the client
@@ -63,16 +64,47 @@ def host_counts(
         queued += link.commands(
             [(b"ZCARD", prefix + b"q:" + name.encode()) for name in chunk], "counting hosts"
         )
-    counts = []
+    busy: dict[str, tuple[int, int]] = {}
     for name, waiting in zip(names, queued, strict=True):
         mine = prefetched.get(name, 0)
         held, head = leased[name]
         waiting += mine + head
         held -= mine
         if waiting or held:
-            counts.append(HostCount(name, waiting, held))
-    counts.sort(key=lambda h: (-h.queued, -h.leased, h.host))
-    return counts[:limit]
+            busy[name] = (waiting, held)
+    clock, blocks, policies = link.commands(
+        [(b"TIME",), (b"HGETALL", prefix + b"blocks"), (b"HGETALL", prefix + b"policy")],
+        "reading host controls",
+    )
+    now = int(clock[0]) * 1000 + int(clock[1]) / 1000
+    blocked = {}
+    for i in range(0, len(blocks), 2):
+        until = float(blocks[i + 1].split()[0])
+        if until > now:
+            blocked[blocks[i].decode()] = until / 1000
+    overrides = {policies[i].decode(): _policy(policies[i + 1]) for i in range(0, len(policies), 2)}
+    details = host_details(busy, blocked, overrides, lambda name: 0, limit, now / 1000)
+    if not details:
+        return details
+    accepted = link.command(
+        b"HMGET", prefix + b"accepted", *(h.host.encode() for h in details), doing="listing hosts"
+    )
+    return [
+        dataclass_replace(h, accepted=int(count or 0))
+        for h, count in zip(details, accepted, strict=True)
+    ]
+
+
+def _policy(value: bytes) -> tuple[float | None, int | None]:
+    """A host's ``policy`` field, "<delay ms> <concurrency>", as (seconds, limit)."""
+    delay, _, concurrency = value.decode().partition(" ")
+    return (float(delay) / 1000 if delay else None, int(concurrency) if concurrency else None)
+
+
+def host_policy(link: Link, prefix: bytes, host: str) -> tuple[float | None, int | None]:
+    """A host's own (delay, concurrency), None where it follows the crawl's."""
+    value = link.command(b"HGET", prefix + b"policy", host.encode(), doing="reading a policy")
+    return (None, None) if value is None else _policy(value)
 
 
 @dataclass(frozen=True)

@@ -167,7 +167,7 @@ class Library:
     """
 
     #: Files joined in this order; lib.lua defines what the others share.
-    PARTS: Final = ("lib", "add", "pop", "ack_or_release", "read", "inspect", "open")
+    PARTS: Final = ("lib", "add", "pop", "ack_or_release", "control", "read", "inspect", "open")
     #: Function name suffix -> (Lua function, flags). A full Redis (used
     #: memory over ``maxmemory``, policy ``noeviction``) refuses every
     #: function but ``no-writes`` and ``allow-oom`` ones: only adding is
@@ -180,6 +180,7 @@ class Library:
         "probe": ("add", "allow-oom"),
         "pop": ("pop", "allow-oom"),
         "ack_or_release": ("ack_or_release", "allow-oom"),
+        "control": ("control", "allow-oom"),
         "read": ("read", "no-writes"),
         "histogram": ("histogram", "no-writes"),
         "open": ("open", "allow-oom"),

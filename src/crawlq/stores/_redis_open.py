@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Final, NamedTuple
 
-from .._errors import IncompatibleStore, StoreError
+from .._errors import ConfigError, IncompatibleStore, StoreError
 from .._policy import Policy
 from ._redis_config import RedisURL, Settings, bloom_shape
 from ._redis_conn import MIN_SERVER, Link, server_version
@@ -26,12 +26,16 @@ log = logging.getLogger("crawlq.redis")
 
 
 class Dedup(NamedTuple):
-    """A crawl's dedup, fixed at creation: exact (all zero) or a Bloom filter's shape."""
+    """A crawl's dedup, fixed at creation: exact (all zero) or a Bloom filter's shape.
+
+    ``timed``: exact, keeping when each fingerprint was recorded (``seen_ttl``).
+    """
 
     bits: int
     hashes: int
     capacity: int
     error_rate: float
+    timed: bool = False
 
 
 def check_server(link: Link, where: str, allow_eviction: bool) -> int:
@@ -68,8 +72,15 @@ def open_crawl(link: Link, location: RedisURL, policy: Policy, settings: Setting
     """Create the crawl if new, record the last settings, and check the fixed ones.
 
     Returns the crawl's dedup. Raises `IncompatibleStore` for keys of another
-    layout, or a crawl created with another ``lifo`` or Bloom shape.
+    layout, or a crawl created with another ``lifo`` or Bloom shape, or
+    without ``seen_ttl`` when it is given; `ConfigError` for ``seen_ttl``
+    with a Bloom filter.
     """
+    if policy.seen_ttl is not None and settings.bloom_capacity is not None:
+        raise ConfigError(
+            "seen_ttl cannot be used with a Bloom filter (bloom_capacity): a Bloom filter "
+            "keeps no time per fingerprint and cannot forget one; drop one of the two"
+        )
     if settings.bloom_capacity is not None and settings.bloom_error_rate is not None:
         bloom = bloom_shape(settings.bloom_capacity, settings.bloom_error_rate)
         bloom_args = [
@@ -88,6 +99,7 @@ def open_crawl(link: Link, location: RedisURL, policy: Policy, settings: Setting
         str(FORMAT),
         "1" if policy.lifo else "0",
         *bloom_args,
+        "1" if policy.seen_ttl is not None else "0",
         "last_host_delay",
         repr(policy.host_delay),
         "last_host_concurrency",
@@ -105,7 +117,7 @@ def open_crawl(link: Link, location: RedisURL, policy: Policy, settings: Setting
 def _check_stored(
     location: RedisURL, stored: list[str], policy: Policy, bloom_args: list[str]
 ) -> Dedup:
-    fmt, lifo, bits, hashes, capacity, rate = stored
+    fmt, lifo, bits, hashes, capacity, rate, timed = stored
     crawl, where = location.crawl, location.display
     if fmt != str(FORMAT):
         newer = fmt.isdigit() and int(fmt) > FORMAT
@@ -132,4 +144,16 @@ def _check_stored(
             "open it with those settings (or none), or use another crawl name",
             setting="dedup",
         )
-    return Dedup(int(bits or 0), int(hashes or 0), int(capacity or 0), float(rate or 0))
+    if bits not in ("", "0") and policy.seen_ttl is not None:
+        raise ConfigError(
+            f"crawl {crawl!r} at {where} dedups with a Bloom filter, which keeps no times: "
+            "seen_ttl cannot apply to it; open it without seen_ttl, or use another crawl name"
+        )
+    if timed != "1" and policy.seen_ttl is not None:
+        raise IncompatibleStore(
+            f"crawl {crawl!r} at {where} was created without seen_ttl, so its seen set keeps "
+            "no times; open it without seen_ttl, or start a new crawl with it",
+            setting="seen_ttl",
+        )
+    dedup = Dedup(int(bits or 0), int(hashes or 0), int(capacity or 0), float(rate or 0))
+    return dedup._replace(timed=timed == "1")

@@ -13,6 +13,7 @@ import fcntl
 import json
 import os
 import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final, NoReturn
@@ -43,14 +44,16 @@ __all__ = [
 
 #: ``PRAGMA application_id`` of a crawlq job: "cwlq".
 APPLICATION_ID: Final = 0x63776C71
-#: ``PRAGMA user_version``: the layout of the tables below.
-SCHEMA_VERSION: Final = 1
+#: ``PRAGMA user_version``: the layout of the tables below (1: before the
+#: crawl controls; `_upgrade` brings such a job to 2 when it is opened to write).
+SCHEMA_VERSION: Final = 2
 #: Database file name inside a job directory.
 DATABASE_NAME: Final = "crawlq.db"
 
 _SQLITE_HEADER: Final = b"SQLite format 3\x00"
 
-SCHEMA: Final = """
+SCHEMA: Final = (
+    """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE hosts (
@@ -59,7 +62,8 @@ CREATE TABLE hosts (
     queued INTEGER NOT NULL DEFAULT 0,
     ready_at REAL NOT NULL DEFAULT 0,
     head_negprio INTEGER,
-    head_seq INTEGER
+    head_seq INTEGER,
+    accepted INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX hosts_with_requests ON hosts (queued) WHERE queued > 0;
 CREATE TABLE requests (
@@ -70,11 +74,31 @@ CREATE TABLE requests (
     payload BLOB NOT NULL
 );
 CREATE INDEX requests_in_order ON requests (host, negprio, seq);
-CREATE TABLE seen (fingerprint BLOB PRIMARY KEY) WITHOUT ROWID;
+CREATE TABLE seen (fingerprint BLOB PRIMARY KEY, at REAL NOT NULL DEFAULT 0) WITHOUT ROWID;
 CREATE TABLE state (key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;
 CREATE TABLE ops (id INTEGER PRIMARY KEY, data BLOB NOT NULL);
 INSERT INTO counters (name, value) VALUES ('seen', 0), ('next_id', 1);
 """
+    + """
+CREATE TABLE controls (
+    name TEXT PRIMARY KEY,
+    blocked_until REAL,
+    pace REAL NOT NULL DEFAULT 0,
+    delay REAL,
+    concurrency INTEGER
+) WITHOUT ROWID;
+INSERT INTO counters (name, value) VALUES ('capped', 0);
+"""
+)
+
+# What schema 2 adds to a job of schema 1: per-host accepted counts (from
+# what is queued: requests acked before the upgrade were not counted), seen
+# times (fingerprints stored before count from the upgrade), host controls.
+_UPGRADE_1_TO_2: Final = """
+ALTER TABLE hosts ADD COLUMN accepted INTEGER NOT NULL DEFAULT 0;
+UPDATE hosts SET accepted = queued;
+ALTER TABLE seen ADD COLUMN at REAL NOT NULL DEFAULT {now};
+""" + SCHEMA[SCHEMA.index("CREATE TABLE controls") :]
 
 
 def job_path(url: str) -> Path:
@@ -110,9 +134,7 @@ def os_error(url: str, exc: OSError) -> StoreError:
             "to read and write the job directory and every file in it (and to search its "
             "parents): fix their owner or mode (chown, chmod), or use another job path"
         )
-    return StoreError(
-        f"cannot open job {url}: {exc.strerror or exc} ({where}); check the job path"
-    )
+    return StoreError(f"cannot open job {url}: {exc.strerror or exc} ({where}); check the job path")
 
 
 class JobLock:
@@ -319,10 +341,20 @@ def connect(path: Path, *, synchronous: str, read_only: bool = False) -> sqlite3
                     f"BEGIN; {SCHEMA} PRAGMA application_id={APPLICATION_ID};"
                     f" PRAGMA user_version={SCHEMA_VERSION}; COMMIT;"
                 )
+            elif not read_only:
+                _upgrade(connection)
         except BaseException:
             connection.close()
             raise
     return connection
+
+
+def _upgrade(connection: sqlite3.Connection) -> None:
+    """Bring a job of an older schema to this one, in one transaction."""
+    version = connection.execute("PRAGMA user_version").fetchone()[0]
+    if version == 1:
+        script = _UPGRADE_1_TO_2.format(now=repr(time.time()))
+        connection.executescript(f"BEGIN; {script} PRAGMA user_version=2; COMMIT;")
 
 
 def _check_identity(connection: sqlite3.Connection, path: Path) -> bool:

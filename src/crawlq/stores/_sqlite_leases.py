@@ -10,7 +10,7 @@ before the job was reopened by its store.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from .._lease import Lease, new_lease
@@ -54,11 +54,16 @@ class Leases:
         """Row ids whose lease deadline has passed, oldest first (still held)."""
         return [handle[1] for handle in self.deadlines.expired(now)]
 
-    def ack_records(self, row_ids: list[int]) -> list[tuple[int, str, float]]:
-        """The log's ack items: each carries its host's pacing time, so a crash keeps it."""
+    def ack_records(
+        self, row_ids: list[int], pace: Callable[[Host], float]
+    ) -> list[tuple[int, str, float]]:
+        """The log's ack items: each carries its host's pacing time, so a crash keeps it.
+
+        ``pace`` gives a host's pacing time (a block is kept apart from it).
+        """
         held = self._held
         return [
-            (row_id, host.name, host.ready_at) for row_id in row_ids for host in (held[row_id][4],)
+            (row_id, host.name, pace(host)) for row_id in row_ids for host in (held[row_id][4],)
         ]
 
     def trim(self) -> None:

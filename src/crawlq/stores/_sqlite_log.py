@@ -25,7 +25,9 @@ import msgspec
 __all__ = ["ACK", "ADD", "LogFold", "append", "apply", "decode", "encode", "fold"]
 
 #: A log row's kind: requests added (``[row id, host, -priority, seq,
-#: fingerprint or None, payload]`` each) ...
+#: fingerprint or None, payload]`` each, then a 7th item ``1`` for a
+#: fingerprint recorded before whose ``seen_ttl`` had passed; the row's third
+#: item is the wall-clock time of the add) ...
 ADD: Final = 1
 #: ... or leases acked (``[row id, host, host's ready_at]`` each: an ack
 #: carries its host's pacing time, so a crash keeps it).
@@ -49,17 +51,26 @@ class LogFold:
     acked: list[int] = field(default_factory=list)
     #: Change of each host's count of stored requests.
     delta: Counter[str] = field(default_factory=Counter)
-    #: New fingerprints (16 bytes each).
+    #: New fingerprints (16 bytes each), with the time they were recorded.
     fingerprints: list[bytes] = field(default_factory=list)
+    seen_at: list[float] = field(default_factory=list)
+    #: Fingerprints stored before and recorded again (their TTL had passed): time.
+    renewed: dict[bytes, float] = field(default_factory=dict)
+    #: Requests accepted per host.
+    accepted: Counter[str] = field(default_factory=Counter)
     #: Latest pacing time written with an ack, per host.
     paced: dict[str, float] = field(default_factory=dict)
     #: Highest row id added (0: none).
     last_id: int = 0
 
 
-def append(db: sqlite3.Connection, kind: int, items: list[Any]) -> None:
-    """Append one operation to the log (committed by the caller's transaction, or now)."""
-    db.execute("INSERT INTO ops (data) VALUES (?)", (encode([kind, items]),))
+def append(db: sqlite3.Connection, kind: int, items: list[Any], at: float | None = None) -> None:
+    """Append one operation to the log (committed by the caller's transaction, or now).
+
+    ``at`` is the wall-clock time of an add (when its fingerprints were recorded).
+    """
+    row = [kind, items] if at is None else [kind, items, at]
+    db.execute("INSERT INTO ops (data) VALUES (?)", (encode(row),))
 
 
 def fold(rows: Iterable[tuple[bytes]]) -> LogFold:
@@ -68,15 +79,25 @@ def fold(rows: Iterable[tuple[bytes]]) -> LogFold:
     added = log.added
     delta = log.delta
     paced = log.paced
+    accepted = log.accepted
     for (data,) in rows:
         log.entries += 1
-        kind, items = decode(data)
+        row = decode(data)
+        kind, items = row[0], row[1]
         if kind == ADD:
-            for row_id, host, negprio, seq, fingerprint, payload in items:
+            at = row[2] if len(row) > 2 else 0.0
+            for item in items:
+                row_id, host, negprio, seq, fingerprint, payload = item[:6]
                 added[row_id] = (host, negprio, seq, payload)
+                accepted[host] += 1
                 log.last_id = max(log.last_id, row_id)
-                if fingerprint:
+                if not fingerprint:
+                    continue
+                if len(item) > 6:
+                    log.renewed[fingerprint] = at
+                else:
                     log.fingerprints.append(fingerprint)
+                    log.seen_at.append(at)
         else:
             for row_id, host, host_ready_at in items:
                 if added.pop(row_id, None) is None:
@@ -89,17 +110,21 @@ def fold(rows: Iterable[tuple[bytes]]) -> LogFold:
 
 
 def apply(
-    db: sqlite3.Connection, known_hosts: Mapping[str, int], ready_at: Mapping[str, float]
+    db: sqlite3.Connection,
+    known_hosts: Mapping[str, int],
+    ready_at: Mapping[str, float],
+    capped: int = 0,
 ) -> dict[str, int]:
     """Apply the log to the tables and empty it, in one transaction.
 
     Returns the ids of the hosts it wrote. ``known_hosts`` maps names to ids
     already known; ``ready_at`` gives pacing times to save for hosts known in
-    memory. Sorted bulk writes share pages, so the indexed writes cost a
+    memory; ``capped`` adds to the count of capped adds (not logged: a
+    statistic). Sorted bulk writes share pages, so the indexed writes cost a
     fraction of one transaction per logged call.
     """
     rows = db.execute("SELECT id, data FROM ops ORDER BY id").fetchall()
-    if not rows and not ready_at:
+    if not rows and not ready_at and not capped:
         return {}
     log = fold((data,) for _, data in rows)
     paced = dict(ready_at)
@@ -112,11 +137,23 @@ def apply(
             best[host] = key
     db.execute("BEGIN IMMEDIATE")
     try:
-        host_ids = _resolve_hosts(db, known_hosts, log.delta.keys() | paced.keys())
-        db.executemany(
-            "INSERT OR IGNORE INTO seen (fingerprint) VALUES (?)",
-            [(fingerprint,) for fingerprint in sorted(log.fingerprints)],
+        host_ids = _resolve_hosts(
+            db, known_hosts, log.delta.keys() | paced.keys() | log.accepted.keys()
         )
+        db.executemany(
+            "INSERT OR IGNORE INTO seen (fingerprint, at) VALUES (?, ?)",
+            sorted(zip(log.fingerprints, log.seen_at, strict=True)),
+        )
+        db.executemany(
+            "UPDATE seen SET at = ? WHERE fingerprint = ?",
+            [(at, fingerprint) for fingerprint, at in sorted(log.renewed.items())],
+        )
+        db.executemany(
+            "UPDATE hosts SET accepted = accepted + ? WHERE id = ?",
+            [(count, host_ids[host]) for host, count in log.accepted.items()],
+        )
+        if capped:
+            db.execute("UPDATE counters SET value = value + ? WHERE name = 'capped'", (capped,))
         db.executemany(
             "INSERT INTO requests (id, host, negprio, seq, payload) VALUES (?, ?, ?, ?, ?)",
             sorted(

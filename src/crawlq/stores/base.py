@@ -56,13 +56,13 @@ Errors
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 from .._request import Request
 
-__all__ = ["Entry", "HostCount", "Store", "StoreCounts"]
+__all__ = ["Entry", "HostCount", "Store", "StoreCounts", "host_details"]
 
 #: A validated request ready to store: ``(fingerprint, host, request,
 #: payload)``. ``payload`` is the encoded request for stores that keep bytes
@@ -76,15 +76,27 @@ class StoreCounts(NamedTuple):
     queued: int
     leased: int
     seen: int
+    #: Adds refused by ``max_requests_per_host`` (each attempt counts).
+    capped: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class HostCount:
-    """How many requests of one host (download slot) are queued and leased."""
+    """One host (download slot): its requests, and the controls set on it."""
 
     host: str
+    #: Requests waiting to be handed out.
     queued: int
+    #: Requests handed out and not yet acked or released.
     leased: int
+    #: Seconds until its block ends (`Frontier.block_host`); None: not blocked.
+    blocked_for: float | None = None
+    #: Its own delay between pops (`Frontier.set_host_policy`); None: the frontier's.
+    delay: float | None = None
+    #: Its own concurrency limit; None: the frontier's.
+    concurrency: int | None = None
+    #: Requests of this host ever accepted (what ``max_requests_per_host`` caps).
+    accepted: int = 0
 
 
 class Store(Protocol):
@@ -136,7 +148,27 @@ class Store(Protocol):
         ...
 
     def host_counts(self, limit: int) -> list[HostCount]:
-        """Return up to ``limit`` hosts with the most queued requests."""
+        """Return up to ``limit`` hosts: the most queued first, then blocked or with a policy."""
+        ...
+
+    def block_host(self, host: str, seconds: float | None) -> None:
+        """Hand out nothing of ``host`` for ``seconds`` from now; None ends its block.
+
+        A block ending later than the current one extends it; one ending
+        sooner changes nothing. Shared and durable as the store's pacing is.
+        """
+        ...
+
+    def set_host_policy(self, host: str, delay: float | None, concurrency: int | None) -> None:
+        """Give ``host`` its own delay and concurrency limit; None: the frontier's."""
+        ...
+
+    def host_policy(self, host: str) -> tuple[float | None, int | None]:
+        """Return ``host``'s own (delay, concurrency); None where it has none."""
+        ...
+
+    def forget(self, fingerprints: Sequence[bytes]) -> int:
+        """Drop these fingerprints from the seen set; return how many were there."""
         ...
 
     def next_ready_in(self) -> float | None:
@@ -166,3 +198,39 @@ class Store(Protocol):
     def close(self) -> None:
         """Write waiting acks, release the store's resources; stored state stays."""
         ...
+
+
+def host_details(
+    hosts: Mapping[str, tuple[int, int]],
+    blocked: Mapping[str, float],
+    overrides: Mapping[str, tuple[float | None, int | None]],
+    accepted: Callable[[str], int],
+    limit: int,
+    now: float,
+) -> list[HostCount]:
+    """Per-host figures for `Store.host_counts`, from a store's maps.
+
+    ``hosts`` gives (queued, leased) of the hosts holding requests, busiest
+    first in the result; hosts that hold none but are blocked or have a
+    policy of their own follow, by name; ``limit`` bounds the whole list.
+    ``blocked`` gives when each block ends, in the clock of ``now``.
+    """
+    busy = sorted(hosts, key=lambda name: (-hosts[name][0], -hosts[name][1], name))
+    idle = sorted((blocked.keys() | overrides.keys()) - hosts.keys())
+    details = []
+    for name in [*busy, *idle][:limit]:
+        queued, leased = hosts.get(name, (0, 0))
+        until = blocked.get(name)
+        delay, concurrency = overrides.get(name, (None, None))
+        details.append(
+            HostCount(
+                name,
+                queued,
+                leased,
+                None if until is None else max(0.0, until - now),
+                delay,
+                concurrency,
+                accepted(name),
+            )
+        )
+    return details

@@ -20,8 +20,8 @@ from .._fingerprint import Fingerprinter
 from .._lease import Lease, new_lease
 from .._policy import Board, LeaseDeadlines, Policy, Slot, order_key
 from .._request import Request
-from .._seen import FingerprintSet
-from .base import Entry, HostCount, StoreCounts
+from .._seen import ExpiringFingerprints, FingerprintSet
+from .base import Entry, HostCount, StoreCounts, host_details
 
 __all__ = ["OPTIONS", "MemoryStore", "open_store"]
 
@@ -67,14 +67,22 @@ class MemoryStore:
         self._clock = policy.clock
         self._lifo = policy.lifo
         self._hosts: dict[str, _Host] = {}
-        self._board = Board(policy, self._forget)
+        self._board = Board(policy, self._forget, self._hosts)
         # order -> the item leased under it.
         self._leases: dict[int, _Item] = {}
         self._deadlines = LeaseDeadlines(policy.lease_timeout, self._leases, 1)
         self._deadline_items = self._deadlines.items
         self._lease_timeout = policy.lease_timeout
-        self._seen = FingerprintSet()
+        self._seen: FingerprintSet | ExpiringFingerprints = (
+            FingerprintSet()
+            if policy.seen_ttl is None
+            else ExpiringFingerprints(policy.seen_ttl, policy.clock)
+        )
         self._accepted = 0
+        # Requests each host ever had accepted, and adds refused by the cap.
+        self._host_accepted: dict[str, int] = {}
+        self._cap = policy.max_requests_per_host
+        self._capped = 0
         self._queued = 0
         self._state: dict[str, Any] = {}
 
@@ -91,12 +99,20 @@ class MemoryStore:
         hosts = self._hosts
         store_lifo = self._lifo
         origin = self._origin
+        host_accepted = self._host_accepted
+        cap = self._cap
         if lifo is None:
             lifo = store_lifo
         for fingerprint, host_name, request, _ in entries:
+            if cap is not None and host_accepted.get(host_name, 0) >= cap:
+                if request.dont_filter or fingerprint not in self._seen:
+                    self._capped += 1  # a duplicate is a duplicate, not capped
+                added.append(False)
+                continue
             if not request.dont_filter and not seen_add(fingerprint):
                 added.append(False)
                 continue
+            host_accepted[host_name] = host_accepted.get(host_name, 0) + 1
             if request._lease is not None:
                 # The same object is already queued or leased here (a
                 # dont_filter re-add): store a copy so each has its own lease.
@@ -105,6 +121,7 @@ class MemoryStore:
             host = hosts.get(host_name)
             if host is None:
                 host = hosts[host_name] = _Host(host_name)
+                self._board.adopt(host)
             order = order_key(self._accepted, lifo, store_lifo)
             item = new_lease(Lease, (-request.priority, order, request, host, origin))
             request._lease = _QUEUED
@@ -201,14 +218,38 @@ class MemoryStore:
         return [fingerprint in seen for fingerprint in fingerprints]
 
     def counts(self) -> StoreCounts:
-        return StoreCounts(self._queued, len(self._leases), len(self._seen))
+        return StoreCounts(self._queued, len(self._leases), len(self._seen), self._capped)
 
     def host_counts(self, limit: int) -> list[HostCount]:
-        hosts = sorted(
-            (h for h in self._hosts.values() if h.queue or h.leased),
-            key=lambda h: (-len(h.queue), -h.leased, h.name),
+        board = self._board
+        now = self._clock()
+        blocked = board.blocked(now)
+        hosts = {
+            h.name: (len(h.queue), h.leased) for h in self._hosts.values() if h.queue or h.leased
+        }
+        accepted = self._host_accepted
+        return host_details(
+            hosts, blocked, board.overrides, lambda name: accepted.get(name, 0), limit, now
         )
-        return [HostCount(h.name, len(h.queue), h.leased) for h in hosts[:limit]]
+
+    # -- host controls ----------------------------------------------------------
+
+    def block_host(self, host: str, seconds: float | None) -> None:
+        now = self._clock()
+        if seconds is None:
+            self._board.unblock(host, now)
+        else:
+            self._board.block(host, now + seconds, now)
+
+    def set_host_policy(self, host: str, delay: float | None, concurrency: int | None) -> None:
+        self._board.set_policy(host, delay, concurrency, self._clock())
+
+    def host_policy(self, host: str) -> tuple[float | None, int | None]:
+        return self._board.overrides.get(host, (None, None))
+
+    def forget(self, fingerprints: Sequence[bytes]) -> int:
+        discard = self._seen.discard
+        return sum(1 for fingerprint in fingerprints if discard(fingerprint))
 
     def next_ready_in(self) -> float | None:
         if not self._queued and not self._leases:

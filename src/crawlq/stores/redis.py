@@ -63,7 +63,7 @@ from .._fingerprint import Fingerprinter
 from .._lease import Lease, new_lease
 from .._policy import Policy
 from .._request import Request, decode_request, encode_request
-from ._redis_admin import Inspection, host_counts, inspect, purge
+from ._redis_admin import Inspection, inspect, purge
 from ._redis_config import RedisURL, Settings, parse_url
 from ._redis_conn import (
     Link,
@@ -74,10 +74,11 @@ from ._redis_conn import (
     redis_module,
     release_client,
 )
+from ._redis_controls import RedisControls
 from ._redis_memory import check_evictions
 from ._redis_open import Dedup, check_server, open_crawl
 from ._redis_state import bloom_stats, load_state, save_state
-from .base import Entry, HostCount, StoreCounts
+from .base import Entry, StoreCounts
 
 __all__ = [
     "OPTIONS",
@@ -130,7 +131,7 @@ def open_store(
     return store, location.display
 
 
-class RedisStore:
+class RedisStore(RedisControls):
     """A frontier kept in Redis and shared by every process that opens its URL.
 
     Use `crawlq.open_frontier` with a ``redis://`` URL. See the module
@@ -169,6 +170,13 @@ class RedisStore:
         )
         self._lifo = policy.lifo
         self._ack_delay = policy.ack_delay
+        self._control_head = [
+            b"%d" % math.ceil(round(policy.host_delay * 1_000_000, 3)),
+            b"%d" % (policy.host_concurrency or 0),
+        ]
+        self._seen_ttl = policy.seen_ttl
+        # add.lua's cap and TTL arguments (set once the crawl's dedup is known).
+        self._add_tail = [b"%d" % (policy.max_requests_per_host or 0), b""]
         # Acks not sent yet: (id, token) pairs and their hosts. They travel in
         # the next call (a prefetch refill, an add), at the latest once
         # ack_delay has passed since the first of them (see `ack`).
@@ -213,6 +221,9 @@ class RedisStore:
         self._link.load_library("loading crawlq's functions")
         self._dedup: Dedup = open_crawl(self._link, self._location, policy, settings)
         self._bloom_bits, self._bloom_hashes = self._dedup.bits, self._dedup.hashes
+        if self._dedup.timed:
+            ttl = self._seen_ttl
+            self._add_tail[1] = b"0" if ttl is None else b"%d" % max(1, round(ttl * 1000))
         self._self_check(fingerprinter)
 
     def _self_check(self, fingerprinter: Fingerprinter) -> None:
@@ -224,7 +235,7 @@ class RedisStore:
         entry = (fingerprint, host, probe, encode_request(probe))
         doing = "running the self-check"
         try:
-            extra = [*pack_entries([entry], 0, 0, self._lifo), b"0"]
+            extra = [*pack_entries([entry], 0, 0, self._lifo), b"0", b"", b"0"]
             added = self._call(b"probe", 0, False, extra, doing, prefix)
             popped = self._call(b"pop", 1, True, [], doing, prefix)
             items = popped[2:]
@@ -234,6 +245,7 @@ class RedisStore:
                 self._call(b"ack_or_release", 0, False, ack, doing, prefix)
         finally:
             keys = [b"meta", b"seen", b"hosts", b"ready", b"delayed", b"leases", b"lease", b"p"]
+            keys.append(b"accepted")
             keys.append(b"q:" + host.encode())
             self._link.command(b"DEL", *(prefix + key for key in keys), doing=doing)
         if added[0] != b"1" or back is None or fingerprinter.fingerprint(back) != fingerprint:
@@ -338,6 +350,7 @@ class RedisStore:
         if lifo is None:
             lifo = self._lifo
         extra = pack_entries(entries, self._bloom_bits, self._bloom_hashes, lifo)
+        extra += self._add_tail
         pairs, hosts = _lease_pairs(finished)
         waiting = self._waiting
         if waiting:
@@ -435,18 +448,10 @@ class RedisStore:
 
     def counts(self) -> StoreCounts:
         self.flush()  # the server's lease counts then include this worker's acks
-        queued, leased, seen = self._read(b"counts")
+        queued, leased, seen, capped = self._read(b"counts")
         # This store's own prefetched requests are not handed out yet.
         mine = len(self._buffer)
-        return StoreCounts(queued + mine, leased - mine, seen)
-
-    def host_counts(self, limit: int) -> list[HostCount]:
-        self.flush()
-        mine: dict[str, int] = {}
-        for _, host in self._buffer:
-            name = host.decode()
-            mine[name] = mine.get(name, 0) + 1
-        return host_counts(self._link, self._prefix, limit, mine)
+        return StoreCounts(queued + mine, leased - mine, seen, capped)
 
     def next_ready_in(self) -> float | None:
         if self._buffer and not self._stale():
@@ -461,14 +466,13 @@ class RedisStore:
         # A few thousand at a time: Lua unpacks them onto its stack.
         for i in range(0, len(fingerprints), _FINISH_CHUNK):
             chunk = list(fingerprints[i : i + _FINISH_CHUNK])
-            reply = self._read(
-                b"seen", b"%d" % self._bloom_bits, b"%d" % self._bloom_hashes, *chunk
-            )
+            first = self._add_tail[1] if self._dedup.timed else b"%d" % self._bloom_bits
+            reply = self._read(b"seen", first, b"%d" % self._bloom_hashes, *chunk)
             found.extend(flag == 1 for flag in reply)
         return found
 
     def _read(self, what: bytes, *args: bytes) -> Any:
-        mode = b"bloom" if self._bloom_bits else b"exact"
+        mode = b"bloom" if self._bloom_bits else b"timed" if self._dedup.timed else b"exact"
         command = pack([b"FCALL", self._functions[b"read"], b"1", self._prefix, what, mode, *args])
         return self._link.call(command, "reading counts" if what == b"counts" else "reading")
 

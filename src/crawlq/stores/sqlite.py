@@ -25,18 +25,19 @@ power loss; ``synchronous="full"`` also fsyncs every commit.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from heapq import heappush
 from pathlib import Path
 from typing import Any, Final, cast
 
-from .._bloom import BloomFilter
 from .._errors import ConfigError, FrontierClosed, StoreError
 from .._fingerprint import Fingerprinter
 from .._policy import Board, Policy, Slot, order_key
 from .._request import Request, decode_request
 from . import _sqlite_log as log
 from ._sqlite_bloom import SeenFilter
+from ._sqlite_controls import SqliteControls
 from ._sqlite_file import (
     Guard,
     JobLock,
@@ -49,7 +50,7 @@ from ._sqlite_file import (
 )
 from ._sqlite_hosts import Host, Key, Row, load_hosts, revive
 from ._sqlite_leases import Leases
-from .base import Entry, HostCount, StoreCounts
+from .base import Entry, StoreCounts
 
 __all__ = ["OPTIONS", "SqliteStore", "open_store"]
 
@@ -81,7 +82,7 @@ def open_store(
     return store, f"sqlite:///{path}"
 
 
-class SqliteStore:
+class SqliteStore(SqliteControls):
     """Requests, fingerprints, pacing and state of one job, in one SQLite file."""
 
     needs_payload = True
@@ -98,6 +99,8 @@ class SqliteStore:
         self._clock = time.time if policy.clock is time.monotonic else policy.clock
         self._lifo = policy.lifo
         self._ack_delay = policy.ack_delay
+        self._seen_ttl = policy.seen_ttl
+        self._cap = policy.max_requests_per_host
         # Acks logged by nothing yet: the log's ack items, and when the first
         # of them was made. They ride the next write (see `_write_acks`).
         self._waiting_acks: list[tuple[int, str, float]] = []
@@ -134,8 +137,15 @@ class SqliteStore:
         counters = dict(db.execute("SELECT name, value FROM counters").fetchall())
         self._seen_count: int = counters["seen"]
         self._next_id: int = counters["next_id"]
-        self._board = Board(self._policy, self._forget)
+        # Capped adds: stored, and since the last flush (which stores them).
+        self._capped: int = counters.get("capped", 0)
+        self._capped_since = 0
+        # Requests accepted per host since the last flush (the table has the
+        # rest), and the totals of the hosts the cap has looked at.
+        self._accepted_since: Counter[str] = Counter()
+        self._accepted_known: dict[str, int] = {}
         self._hosts: dict[str, Host] = {}
+        self._board = Board(self._policy, self._forget, self._hosts)
         self._host_ids: dict[str, int] = {}
         self._rows = 0
         self._leases = Leases(self._policy.lease_timeout)
@@ -143,15 +153,25 @@ class SqliteStore:
         # acks of rows that are in the tables, fingerprints, and log rows.
         self._unflushed: dict[int, bytes] = {}
         self._unflushed_acks: dict[int, tuple[Host, Key]] = {}
-        self._unflushed_seen: set[bytes] = set()
+        # Fingerprints logged since the last flush, and when.
+        self._unflushed_seen: dict[bytes, float] = {}
         self._log_rows = 0
         self._log_since = 0.0
         now = self._clock()
+        board = self._board
+        for name, until, pace, delay, concurrency in db.execute(
+            "SELECT name, blocked_until, pace, delay, concurrency FROM controls"
+        ):
+            if delay is not None or concurrency is not None:
+                board.overrides[name] = (delay, concurrency)
+            if until is not None and until > now:
+                board.blocks[name] = (until, pace)
         for host, host_id in load_hosts(db):
             self._hosts[host.name] = host
             self._host_ids[host.name] = host_id
             self._rows += host.count
-            self._board.place(host, now)
+            board.adopt(host)
+            board.place(host, now)
         self._seen_filter = SeenFilter(self.path, self._seen_count)
 
     def _forget(self, slot: Slot) -> None:
@@ -172,13 +192,17 @@ class SqliteStore:
 
     def _flush(self, now: float) -> None:
         """Apply the log to the tables, then move fresh requests to the index."""
-        paced = {h.name: h.ready_at for h in self._hosts.values() if h.ready_at > now}
+        pace = self._board.pace
+        paced = {h.name: at for h in self._hosts.values() if (at := pace(h)) > now}
         with self._guard:
             if self._waiting_acks:
                 # The tables must not get back a row whose ack is in memory.
                 log.append(self._db, log.ACK, self._waiting_acks)
                 self._waiting_acks = []
-            host_ids = log.apply(self._db, self._host_ids, paced)
+            host_ids = log.apply(self._db, self._host_ids, paced, self._capped_since)
+        self._capped += self._capped_since
+        self._capped_since = 0
+        self._accepted_since.clear()
         self._host_ids.update(host_ids)
         for host, key in self._unflushed_acks.values():
             host.hidden.discard(key)
@@ -208,16 +232,29 @@ class SqliteStore:
         waiting = self._waiting_acks
         db = self._db
         bloom = self._seen_filter.now()
-        seen_before = self._seen_before
+        seen_before = self._seen_before if self._seen_ttl is None else self._seen_live
         added: list[bool] = []
         batch_fingerprints: set[bytes] = set()
-        items: list[tuple[int, str, int, int, bytes | None, bytes]] = []
+        items: list[tuple[Any, ...]] = []
         next_id = self._next_id
         store_lifo = self._lifo
+        cap = self._cap
+        batch_accepted: Counter[str] = Counter()
+        capped = renewed = 0
+        at = self._clock()
         if lifo is None:
             lifo = store_lifo
         with self._guard:
             for fingerprint, host_name, request, payload in entries:
+                if cap is not None and (
+                    self._accepted_total(host_name) + batch_accepted[host_name] >= cap
+                ):
+                    if request.dont_filter or not (
+                        fingerprint in batch_fingerprints or seen_before(fingerprint, bloom)
+                    ):
+                        capped += 1  # a duplicate is a duplicate, not capped
+                    added.append(False)
+                    continue
                 stored: bytes | None = None
                 if not request.dont_filter:
                     stored = fingerprint
@@ -229,20 +266,28 @@ class SqliteStore:
                 row_id = next_id
                 next_id += 1
                 seq = order_key(row_id, lifo, store_lifo)
-                items.append((row_id, host_name, -request.priority, seq, stored, payload))
+                item: tuple[Any, ...] = (row_id, host_name, -request.priority, seq, stored, payload)
+                if stored is not None and self._seen_ttl is not None and self._expired(stored):
+                    item += (1,)  # recorded before: its time is renewed, not a new row
+                    renewed += 1
+                items.append(item)
+                if cap is not None:
+                    batch_accepted[host_name] += 1
                 added.append(True)
+            self._capped_since += capped
             if not items and not acks:
                 return added
             if not acks and not waiting:
-                log.append(db, log.ADD, items)
+                log.append(db, log.ADD, items, at)
             else:
                 # Children, then the acks waiting and the parent's, commit
                 # together: an ack is never durable before earlier children.
                 db.execute("BEGIN IMMEDIATE")
                 try:
                     if items:
-                        log.append(db, log.ADD, items)
-                    log.append(db, log.ACK, waiting + self._leases.ack_records(acks))
+                        log.append(db, log.ADD, items, at)
+                    records = self._leases.ack_records(acks, self._board.pace)
+                    log.append(db, log.ACK, waiting + records)
                     db.execute("COMMIT")
                 except BaseException:
                     db.execute("ROLLBACK")
@@ -251,11 +296,17 @@ class SqliteStore:
             # Logged: now, and only now, change what this process remembers.
             now = self._clock()
             self._next_id = next_id
-            self._seen_count += len(batch_fingerprints)
-            self._unflushed_seen |= batch_fingerprints
+            self._seen_count += len(batch_fingerprints) - renewed
+            self._unflushed_seen.update(dict.fromkeys(batch_fingerprints, at))
             self._seen_filter.add(batch_fingerprints, bloom, self._seen_count)
+            accepted_since = self._accepted_since
+            known = self._accepted_known
+            for name, count in batch_accepted.items():
+                known[name] += count  # the cap read it: it is there
             touched: set[Host] = set()
-            for row_id, host_name, negprio, seq, _, payload in items:
+            for item in items:
+                row_id, host_name, negprio, seq, _, payload = item[:6]
+                accepted_since[host_name] += 1
                 host = self._hosts.get(host_name)
                 if host is None:
                     host = self._hosts[host_name] = self._revive(host_name)
@@ -272,18 +323,11 @@ class SqliteStore:
         self._after_write(now)
         return added
 
-    def _seen_before(self, stored: bytes, bloom: BloomFilter | None) -> bool:
-        """Whether a 16-byte fingerprint is recorded (committed, flushed or not)."""
-        return stored in self._unflushed_seen or (
-            (bloom is None or stored in bloom)
-            and self._db.execute("SELECT 1 FROM seen WHERE fingerprint = ?", (stored,)).fetchone()
-            is not None
-        )
-
     def _revive(self, name: str) -> Host:
         host = revive(self._db, name, self._host_ids.get(name))
         if host.id is not None:
             self._host_ids[name] = host.id
+        self._board.adopt(host)
         return host
 
     # -- popping --------------------------------------------------------------
@@ -354,7 +398,7 @@ class SqliteStore:
         row_ids = self._current(leases)
         if not row_ids:
             return
-        records = self._leases.ack_records(row_ids)
+        records = self._leases.ack_records(row_ids, self._board.pace)
         now = self._clock()
         if self._ack_delay <= 0.0:
             with self._guard:
@@ -413,25 +457,11 @@ class SqliteStore:
 
     # -- reading --------------------------------------------------------------
 
-    def seen(self, fingerprints: Sequence[bytes]) -> list[bool]:
-        self._check_open()
-        bloom = self._seen_filter.now()
-        seen_before = self._seen_before
-        with self._guard:
-            return [seen_before(fingerprint, bloom) for fingerprint in fingerprints]
-
     def counts(self) -> StoreCounts:
         self._check_open()
         leased = len(self._leases)
-        return StoreCounts(self._rows - leased, leased, self._seen_count)
-
-    def host_counts(self, limit: int) -> list[HostCount]:
-        self._check_open()
-        hosts = sorted(
-            (h for h in self._hosts.values() if h.count),
-            key=lambda h: (-(h.count - h.leased), -h.leased, h.name),
-        )
-        return [HostCount(h.name, h.count - h.leased, h.leased) for h in hosts[:limit]]
+        capped = self._capped + self._capped_since
+        return StoreCounts(self._rows - leased, leased, self._seen_count, capped)
 
     def next_ready_in(self) -> float | None:
         self._check_open()

@@ -3,8 +3,36 @@
 -- Arguments after the common ones: lifo ('1'/'0'), Bloom bits (0: exact dedup),
 -- Bloom hashes, count, then one blob of entries, each packed big-endian as
 -- 16-byte fingerprint, flags byte (bit 0: dont_filter), int32 priority,
--- uint32 length + host, uint32 length + encoded request; then the number of
--- leases to ack and their (id, token) pairs.
+-- uint32 length + host, uint32 length + encoded request; then
+-- max_requests_per_host (0: no cap), seen_ttl in ms ('' : dedup by the `seen`
+-- set; a number: by `seen_at`, 0 meaning forever), the number of leases to
+-- ack and their (id, token) pairs.
+
+-- Whether a fingerprint counts as seen now, without recording it: for an
+-- add refused by the cap, which counts as capped only when it is no duplicate.
+local function seen_now(fingerprint, bloom_bits, bloom_hashes, ttl)
+  if ttl ~= nil then
+    local at = redis.call('HGET', K_SEEN_AT, fingerprint)
+    return at ~= false and (ttl == 0 or now() - tonumber(at) < ttl)
+  end
+  if bloom_bits == 0 then
+    return redis.call('SISMEMBER', K_SEEN, fingerprint) == 1
+  end
+  local h1, h2 = struct.unpack('>I4I4', fingerprint)
+  local ops = {}
+  for j = 0, bloom_hashes - 1 do
+    ops[#ops + 1] = 'GET'
+    ops[#ops + 1] = 'u1'
+    ops[#ops + 1] = (h1 + j * h2) % bloom_bits
+  end
+  for _, bit in ipairs(redis.call('BITFIELD_RO', K_BLOOM, unpack(ops))) do
+    if bit == 0 then
+      return false
+    end
+  end
+  return true
+end
+
 local function add(keys, args)
   begin(keys, args)
   local replay = replayed()
@@ -16,20 +44,45 @@ local function add(keys, args)
   local BLOOM_HASHES = tonumber(args[ARG0 + 3])
   local COUNT = tonumber(args[ARG0 + 4])
   local BLOB = args[ARG0 + 5]
+  local CAP = tonumber(args[ARG0 + 6])
+  local TTL = tonumber(args[ARG0 + 7]) -- nil: no seen_ttl
 
   -- Ids for the whole batch at once; those of duplicates stay unused (ids
   -- only need to grow).
   local seq = redis.call('HINCRBY', K_META, 'seq', args[ARG0 + 4]) - COUNT
   local new_seen = 0
   local flags, touched, payloads = {}, {}, {}
+  -- Requests accepted per host in this call; with a cap, each host's count before it.
+  local accepted, before = {}, {}
+  local capped = 0
   local best = nil
   local pos = 1
   for i = 1, COUNT do
     local fingerprint, bits, priority, name, payload
     fingerprint, bits, priority, name, payload, pos = struct.unpack('>c16Bi4I4c0I4c0', BLOB, pos)
     local new = true
-    if bits % 2 == 0 then
-      if BLOOM_BITS == 0 then
+    local full = false
+    if CAP > 0 then
+      local had = before[name]
+      if had == nil then
+        had = tonumber(redis.call('HGET', K_ACCEPTED, name) or '0')
+        before[name] = had
+      end
+      full = had + (accepted[name] or 0) >= CAP
+    end
+    if full then
+      new = false
+      if bits % 2 == 1 or not seen_now(fingerprint, BLOOM_BITS, BLOOM_HASHES, TTL) then
+        capped = capped + 1
+      end
+    elseif bits % 2 == 0 then
+      if TTL ~= nil then
+        local at = redis.call('HGET', K_SEEN_AT, fingerprint)
+        new = at == false or (TTL > 0 and now() - tonumber(at) >= TTL)
+        if new then
+          redis.call('HSET', K_SEEN_AT, fingerprint, string.format('%d', math.floor(now())))
+        end
+      elseif BLOOM_BITS == 0 then
         new = redis.call('SADD', K_SEEN, fingerprint) == 1
       else
         -- Kirsch-Mitzenmacher: bit j is (h1 + j * h2) mod m. SET returns the
@@ -55,6 +108,7 @@ local function add(keys, args)
       end
     end
     if new then
+      accepted[name] = (accepted[name] or 0) + 1
       seq = seq + 1
       local id
       if LIFO then
@@ -86,7 +140,13 @@ local function add(keys, args)
   if new_seen > 0 then
     redis.call('HINCRBY', K_META, 'seen', int_text(new_seen))
   end
-  local acked = end_leases(ARG0 + 7, tonumber(args[ARG0 + 6]), 'ack')
+  for name, count in pairs(accepted) do
+    redis.call('HINCRBY', K_ACCEPTED, name, int_text(count))
+  end
+  if capped > 0 then
+    redis.call('HINCRBY', K_META, 'capped', int_text(capped))
+  end
+  local acked = end_leases(ARG0 + 9, tonumber(args[ARG0 + 8]), 'ack')
   if acked ~= nil and (best == nil or acked < best) then
     best = acked
   end

@@ -34,6 +34,13 @@
 --   delayed  zset    HOST scored by the time (ms of Redis TIME, with a
 --                    fraction) its delay ends
 --   leases   zset    request id scored by its lease deadline (ms)
+--   accepted hash    HOST -> requests of the host ever accepted
+--   seen_at  hash    16-byte fingerprint -> ms of server time it was recorded
+--                    (dedup with seen_ttl, instead of `seen`)
+--   blocks   hash    HOST -> "<until> <pacing time before the block>" (ms):
+--                    while blocked, the host's ready time is its block's end
+--   policy   hash    HOST -> "<delay ms> <concurrency>" (either may be
+--                    empty): the host's own pacing, over the caller's
 --   lease    hash    id -> "<token> <score> <ready_at set by the pop, in
 --                    microseconds> " .. HOST;
 --                    token = owner:call.n. Also
@@ -59,7 +66,9 @@ local FLAG_R, FLAG_D, FLAG_I = 82, 68, 73
 -- The context of the current call, set by begin(). Functions run one at a
 -- time, so these library-level variables are never shared between calls.
 local ARGS, P, K_META, K_SEEN, K_BLOOM, K_HOSTS, K_READY, K_DELAYED
-local K_LEASES, K_LEASE, K_Q, K_P
+local K_LEASES, K_LEASE, K_Q, K_P, K_ACCEPTED, K_SEEN_AT, K_BLOCKS, K_POLICY
+-- The crawl's per-host policies (see host_policies), or false if none.
+local HOST_POLICY
 local OWNER, RETRY, CALL, LEASE_MS, DELAY_MS, CONCURRENCY, REFILL, WORST, FORCE, NBUF, ARG0
 -- Server time in ms with its microseconds as a fraction, read once per call
 -- and only when needed: host delays and ready times keep the fraction (in
@@ -109,20 +118,46 @@ local ended, acked_ids
 -- concatenation makes a string, and strings made per call feed the GC).
 local KEY_NAMES = {}
 local KEY_NAMES_MADE = 0
+-- Per crawl, its `policy` hash as a table (HOST -> {delay ms or nil,
+-- concurrency or nil}), or false when it is empty: read once per library
+-- load, kept current by control(), so pacing without host policies costs
+-- one table lookup per call.
+local POLICIES = {}
 
-local function begin(keys, args)
-  ARGS, P = args, keys[1]
+local function set_keys(prefix)
+  P = prefix
   local names = KEY_NAMES[P]
   if names == nil then
     names = { P .. 'meta', P .. 'seen', P .. 'bloom', P .. 'hosts', P .. 'ready',
-      P .. 'delayed', P .. 'leases', P .. 'lease', P .. 'q:', P .. 'p' }
+      P .. 'delayed', P .. 'leases', P .. 'lease', P .. 'q:', P .. 'p', P .. 'accepted',
+      P .. 'seen_at', P .. 'blocks', P .. 'policy' }
     KEY_NAMES_MADE = KEY_NAMES_MADE + 1
     if KEY_NAMES_MADE > 10000 then -- self-checks' scratch crawls add up
-      KEY_NAMES, KEY_NAMES_MADE = {}, 1
+      KEY_NAMES, KEY_NAMES_MADE, POLICIES = {}, 1, {}
     end
     KEY_NAMES[P] = names
   end
-  K_META, K_SEEN, K_BLOOM, K_HOSTS, K_READY, K_DELAYED, K_LEASES, K_LEASE, K_Q, K_P = unpack(names)
+  K_META, K_SEEN, K_BLOOM, K_HOSTS, K_READY, K_DELAYED, K_LEASES, K_LEASE, K_Q, K_P,
+    K_ACCEPTED, K_SEEN_AT, K_BLOCKS, K_POLICY = unpack(names)
+  local policies = POLICIES[P]
+  if policies == nil then
+    policies = {}
+    local flat = redis.call('HGETALL', K_POLICY)
+    for i = 1, #flat, 2 do
+      local delay, concurrency = string.match(flat[i + 1], '^(%S*) (%S*)$')
+      policies[flat[i]] = { tonumber(delay), tonumber(concurrency) }
+    end
+    if next(policies) == nil then
+      policies = false
+    end
+    POLICIES[P] = policies
+  end
+  HOST_POLICY = policies
+end
+
+local function begin(keys, args)
+  ARGS = args
+  set_keys(keys[1])
   OWNER = args[1]
   RETRY = string.sub(args[2], 1, 1) == 'r'
   CALL = string.match(args[2], '%d+')
@@ -168,6 +203,23 @@ local function int_text(n)
     end
   end
   return text
+end
+
+-- A host's delay (ms) and concurrency limit (0: none): its own, or the caller's.
+local function delay_of(name)
+  local own = HOST_POLICY and HOST_POLICY[name]
+  if own and own[1] then
+    return own[1]
+  end
+  return DELAY_MS
+end
+
+local function limit_of(name)
+  local own = HOST_POLICY and HOST_POLICY[name]
+  if own and own[2] then
+    return own[2]
+  end
+  return CONCURRENCY
 end
 
 local function now()
@@ -241,7 +293,11 @@ end
 -- a ZADD to `ready` is appended there (score, member) for the caller to run.
 local function place(name, state, later)
   local flag
-  if state.head_id == nil or (CONCURRENCY > 0 and state.leased >= CONCURRENCY) then
+  local limit = CONCURRENCY
+  if HOST_POLICY then
+    limit = limit_of(name)
+  end
+  if state.head_id == nil or (limit > 0 and state.leased >= limit) then
     if state.head_id == nil and state.leased <= 0 then
       if state.ready > now() then
         flag = FLAG_D -- keep its pacing until the delay has passed
@@ -504,8 +560,12 @@ local function take(n, out, taken, records)
         end
         queued_delta = queued_delta - 1
         state.leased = state.leased + 1
-        if DELAY_MS > 0 then
-          state.ready = NOW + DELAY_MS
+        local delay = DELAY_MS
+        if HOST_POLICY then
+          delay = delay_of(name)
+        end
+        if delay > 0 then
+          state.ready = NOW + delay
         end
         place(name, state, later)
         got = got + 1
@@ -513,7 +573,8 @@ local function take(n, out, taken, records)
         local token = token_prefix .. int_text(got)
         deadlines[2 * got - 1] = deadline_text
         deadlines[2 * got] = id
-        local ready = delayed_text or (state.ready == 0 and '0') or micros_text(state.ready)
+        local ready = (delay == DELAY_MS and delayed_text) or (state.ready == 0 and '0')
+          or micros_text(state.ready)
         records[r + 1] = id
         records[r + 2] = token .. ' ' .. score_text .. ' ' .. ready .. ' ' .. name
         r = r + 2

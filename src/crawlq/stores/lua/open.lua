@@ -1,19 +1,21 @@
 -- Create a crawl's settings on first open, or read the existing ones.
 -- keys[1] = "crawlq:{NAME}:". args: format, lifo, bloom bits, bloom hashes,
--- bloom capacity, bloom error rate, then the opener's settings as
--- name/value pairs (recorded for `crawlq inspect`). Returns the stored
--- {format, lifo, bloom bits, bloom hashes, bloom capacity, bloom error rate}.
+-- bloom capacity, bloom error rate, seen_ttl ('1': dedup keeps times), then
+-- the opener's settings as name/value pairs (recorded for `crawlq
+-- inspect`). Returns the stored {format, lifo, bloom bits, bloom hashes,
+-- bloom capacity, bloom error rate, seen_ttl}.
 local function open(keys, args)
   local meta = keys[1] .. 'meta'
-  local fields = { 'format', 'lifo', 'bloom_bits', 'bloom_hashes', 'bloom_capacity', 'bloom_error_rate' }
+  local fields = { 'format', 'lifo', 'bloom_bits', 'bloom_hashes', 'bloom_capacity',
+    'bloom_error_rate', 'seen_ttl' }
   if redis.call('EXISTS', meta) == 0 then
     local time = redis.call('TIME')
     redis.call('HSET', meta, 'format', args[1], 'lifo', args[2], 'bloom_bits', args[3],
       'bloom_hashes', args[4], 'bloom_capacity', args[5], 'bloom_error_rate', args[6],
-      'created', time[1], 'seq', 0, 'queued', 0, 'seen', 0)
+      'seen_ttl', args[7], 'created', time[1], 'seq', 0, 'queued', 0, 'seen', 0)
   end
-  if #args > 6 then
-    redis.call('HSET', meta, unpack(args, 7))
+  if #args > 7 then
+    redis.call('HSET', meta, unpack(args, 8))
   end
   return redis.call('HMGET', meta, unpack(fields))
 end

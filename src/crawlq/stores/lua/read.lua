@@ -1,13 +1,24 @@
 -- Read-only views of a frontier. keys[1] = "crawlq:{NAME}:".
--- args[1] = 'counts': returns {queued, leased, seen}; args[2] is 'bloom' when
---   seen is counted in meta rather than by the exact set.
+-- args[1] = 'counts': returns {queued, leased, seen, capped}; args[2] is
+--   'bloom' when seen is counted in meta, 'timed' when by `seen_at` (seen_ttl),
+--   else by the exact set.
 -- args[1] = 'wait': microseconds until a pop may lease something: 0 now, -1
 --   when nothing is queued or leased (only an add can make a request ready).
--- args[1] = 'seen', args[2] = 'bloom' or 'exact', args[3] Bloom bits, args[4]
---   Bloom hashes, then 16-byte fingerprints: returns 1 (seen) or 0 for each,
---   checked as add.lua checks them.
+-- args[1] = 'seen', args[2] = 'bloom', 'exact' or 'timed', args[3] Bloom
+--   bits (timed: seen_ttl in ms, 0 forever), args[4] Bloom hashes, then
+--   16-byte fingerprints: returns 1 (seen) or 0 for each, checked as add.lua
+--   checks them.
 local function seen(P, args)
   local out = {}
+  if args[2] == 'timed' then
+    local ttl = tonumber(args[3])
+    local clock = redis.call('TIME')
+    local now = tonumber(clock[1]) * 1000 + tonumber(clock[2]) / 1000
+    for i, at in ipairs(redis.call('HMGET', P .. 'seen_at', unpack(args, 5))) do
+      out[i] = (at and (ttl == 0 or now - tonumber(at) < ttl)) and 1 or 0
+    end
+    return out
+  end
   if args[2] ~= 'bloom' then
     local found = redis.call('SMISMEMBER', P .. 'seen', unpack(args, 5))
     for i, one in ipairs(found) do
@@ -46,10 +57,13 @@ local function read(keys, args)
     local seen
     if args[2] == 'bloom' then
       seen = tonumber(redis.call('HGET', P .. 'meta', 'seen') or '0')
+    elseif args[2] == 'timed' then
+      seen = redis.call('HLEN', P .. 'seen_at')
     else
       seen = redis.call('SCARD', P .. 'seen')
     end
-    return { queued, leased, seen }
+    local capped = tonumber(redis.call('HGET', P .. 'meta', 'capped') or '0')
+    return { queued, leased, seen, capped }
   end
   if queued <= 0 and leased == 0 then
     return -1
