@@ -1,6 +1,6 @@
 """A crawler worker for the multi-worker test, run as its own process.
 
-    python -m tests.redis._worker URL LOG [--hang-after N]
+    python -m tests.redis._worker URL LOG [--hang-after N] [--block-after N HOST SECONDS]
 
 Pops, "fetches" and acks until the shared frontier is empty, logging one line
 per step to LOG (line-buffered, so a SIGKILL loses at most a partial line):
@@ -11,7 +11,9 @@ per step to LOG (line-buffered, so a SIGKILL loses at most a partial line):
 
 Times are wall-clock seconds (time.time): the same clock as Redis TIME on
 this machine. With ``--hang-after N`` the worker stops after popping its
-N+1-th request, as if stuck in a fetch, and writes ``HANG``.
+N+1-th request, as if stuck in a fetch, and writes ``HANG``. With
+``--block-after N HOST SECONDS`` it blocks HOST after its N-th request,
+writing ``B <time before the call> <time after it>``.
 """
 
 from __future__ import annotations
@@ -32,12 +34,18 @@ def main() -> None:
     parser.add_argument("log")
     parser.add_argument("--hang-after", type=int, default=-1)
     parser.add_argument("--ack-delay", type=float, default=0.0)
+    parser.add_argument("--block-after", nargs=3, default=None)
+    parser.add_argument("--prefetch", type=int, default=64)
     args = parser.parse_args()
     crawl = dict(p.split("=") for p in urlsplit(args.url).query.split("&"))["crawl"]
     leases = f"crawlq:{{{crawl}}}:leases"
     admin = redis.Redis.from_url(args.url.split("?")[0])
     frontier = crawlq.open_frontier(
-        args.url, host_concurrency=1, lease_timeout=2.0, ack_delay=args.ack_delay
+        args.url,
+        host_concurrency=1,
+        lease_timeout=2.0,
+        ack_delay=args.ack_delay,
+        prefetch=args.prefetch,
     )
     rng = random.Random()
     done = 0
@@ -61,6 +69,10 @@ def main() -> None:
             frontier.ack(request)
             log.write(f"A {request.url}\n")
             done += 1
+            if args.block_after and done == int(args.block_after[0]):
+                before = time.time()
+                frontier.block_host(args.block_after[1], float(args.block_after[2]))
+                log.write(f"B {before:.6f} {time.time():.6f}\n")
     frontier.close()
 
 

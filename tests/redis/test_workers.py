@@ -131,6 +131,46 @@ def test_four_workers_one_killed(redis_url: str, tmp_path: Path, ack_delay: floa
     redis_store.purge(url)
 
 
+def test_a_block_set_by_one_worker_is_obeyed_by_all(redis_url: str, tmp_path: Path) -> None:
+    """Worker 0 blocks h0.example mid-crawl; the pop times of all four workers show
+    no pop of it until the block ends, then the host resumes and the crawl ends.
+
+    Workers lease one request at a time (prefetch=1): a worker's prefetched
+    requests were leased before any block, and may come out during it."""
+    url = f"{redis_url}?crawl=four-workers-block"
+    redis_store.purge(url)
+    urls = [f"https://h{i % 20}.example/{i}" for i in range(2_000)]
+    with crawlq.open_frontier(url) as seed:
+        seed.add_many([Request(u) for u in urls])
+    logs = [tmp_path / f"worker-{n}.log" for n in range(4)]
+    block = ("--block-after", "60", "h0.example", "1.5")
+    workers = [
+        _worker(url, log, "--prefetch", "1", *(block if n == 0 else ()))
+        for n, log in enumerate(logs)
+    ]
+    for process in workers:
+        assert process.wait(timeout=120) == 0
+    pops: list[tuple[float, str, int]] = []
+    blocks = []
+    for n, log in enumerate(logs):
+        for fields in _read(log):
+            if fields[0] == "S":
+                pops.append((float(fields[2]), urlsplit(fields[1]).hostname or "", n))
+            elif fields[0] == "B":
+                blocks.append((float(fields[1]), float(fields[2])))
+    ((asked, answered),) = blocks
+    assert sorted(u for _, u, _ in pops) == sorted(urlsplit(u).hostname for u in urls)
+    h0 = sorted((at, n) for at, host, n in pops if host == "h0.example")
+    during = [(at, n) for at, n in h0 if answered + 0.05 < at < asked + 1.5 - 0.05]
+    assert during == [], "a worker popped the blocked host"
+    # The host had requests left: it resumed after the block, by some worker.
+    after = [at for at, _ in h0 if at >= asked + 1.5 - 0.05]
+    assert after and min(after) < asked + 1.5 + 1.0
+    # Others went on meanwhile.
+    assert any(answered < at < asked + 1.5 for at, host, _ in pops if host != "h0.example")
+    redis_store.purge(url)
+
+
 def test_server_crash_with_aof_loses_nothing_acked(redis_servers: StartServer) -> None:
     server = redis_servers(appendonly=True)
     url = server.url + "?crawl=aof"
