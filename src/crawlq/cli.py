@@ -3,7 +3,8 @@
 ``crawlq demo`` crawls a generated site served on loopback, in a resumable
 job directory. ``crawlq inspect``, ``export`` and ``import`` work on a job:
 the first two read it without locking it (so they work while a crawl runs),
-``import`` opens it like a crawler would. Heavy or optional imports (aiohttp
+``import`` opens it like a crawler would; ``hosts`` (``_cli_hosts``) lists
+hosts and changes one. Heavy or optional imports (aiohttp
 for the demo) happen inside the command that needs them, so ``crawlq --help``
 works with only the core dependencies installed.
 
@@ -495,6 +496,11 @@ def purge(
             _fail("nothing was deleted")
         deleted = purge_crawl(url)
     typer.echo(f"deleted {deleted:,} keys of {shown}")
+
+
+from ._cli_hosts import hosts as _hosts  # noqa: E402 - it uses the helpers above
+
+app.command("hosts")(_hosts)
 
 
 def main() -> None:

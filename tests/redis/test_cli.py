@@ -93,3 +93,38 @@ def test_a_url_without_a_crawl_name_is_said_to_mean_default(redis_url: str) -> N
     assert result.exit_code == 0, result.output
     assert "no ?crawl=NAME, so it means the crawl named 'default'" in result.stderr
     assert runner.invoke(app, ["purge", "--yes", redis_url]).exit_code == 0
+
+
+def test_hosts_lists_and_changes_a_running_crawl(redis_url: str) -> None:
+    url = _crawl(redis_url, "cli-hosts")
+    with crawlq.open_frontier(url, host_delay=0.0) as worker:
+        first = worker.pop()
+        assert first is not None
+        result = runner.invoke(app, ["hosts", url, "--block", "h1.example", "30"])
+        assert result.exit_code == 0, result.output
+        assert "changed h1.example" in result.output
+        result = runner.invoke(app, ["hosts", url, "--delay", "h2.example", "5"])
+        assert result.exit_code == 0, result.output
+        lines = {
+            line.split("│")[1].strip(): line for line in result.output.splitlines() if "│" in line
+        }
+        assert "30" in lines["h1.example"] or "29." in lines["h1.example"]
+        assert "5 s" in lines["h2.example"]
+        # The running worker obeys both from its next call.
+        assert worker.host_policy("h2.example") == crawlq.HostPolicy(5.0, None)
+        worker.ack(first)
+        popped = [r.url for r in iter(worker.pop, None)]
+        assert not [u for u in popped if "//h1." in u]
+        assert len([u for u in popped if "//h2." in u]) == 1  # then its own 5 s delay
+        result = runner.invoke(app, ["hosts", url, "--unblock", "h1.example"])
+        assert result.exit_code == 0, result.output
+        assert [r for r in iter(worker.pop, None) if "//h1." in r.url]
+
+
+def test_hosts_of_a_missing_crawl_or_an_unreachable_server_fail_cleanly(redis_url: str) -> None:
+    result = runner.invoke(app, ["hosts", f"{redis_url}?crawl=nothing-here", "--block", "a", "1"])
+    assert result.exit_code == 1
+    assert "there is no crawl 'nothing-here'" in result.stderr
+    result = runner.invoke(app, ["hosts", "redis://127.0.0.1:1/0?crawl=x"])
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: ")

@@ -9,17 +9,19 @@ with any settings. They are the logic behind ``crawlq inspect URL`` and
 
 from __future__ import annotations
 
+import math
 import struct
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from dataclasses import replace as dataclass_replace
 from typing import Any, Final
 
+from .._errors import StoreError
 from ._redis_config import RedisURL, parse_url
 from ._redis_conn import Link, acquire_client, pack, redis_module, release_client
 from .base import HostCount, host_details
 
-__all__ = ["Inspection", "host_counts", "host_policy", "inspect", "purge"]
+__all__ = ["Inspection", "change_host", "host_counts", "host_policy", "hosts", "inspect", "purge"]
 
 _SCAN_COUNT: Final = 1000
 _HIST_CHUNK: Final = 200  # hosts per inspect.lua call
@@ -131,7 +133,7 @@ class Inspection:
     leases_by_owner: dict[str, int]
     #: Fingerprints recorded (Bloom mode: insertions that set a new bit).
     seen: int
-    #: "exact" or "bloom".
+    #: "exact", "timed" (exact, with seen_ttl) or "bloom".
     dedup: str
     #: Bloom mode only: share of bits set, and the false-positive rate it implies.
     bloom_fill_ratio: float | None
@@ -194,10 +196,13 @@ def inspect(url: str, *, hosts: int = 20) -> Inspection:
                 (b"ZRANGE", leases, 0, 0, b"WITHSCORES"),
                 (b"SCARD", prefix + b"seen"),
                 (b"BITCOUNT", prefix + b"bloom"),
+                (b"HLEN", prefix + b"seen_at"),
             ],
             "inspecting",
         )
-        leased, expired, first, seen_set, ones = replies
+        leased, expired, first, seen_set, ones, seen_timed = replies
+        if meta.get("seen_ttl") == "1":
+            seen_set = seen_timed
         by_owner = _leases_by_owner(link, prefix)
         every = host_counts(link, prefix, 1 << 62, {})
         priorities = _priorities(link, prefix, [h.host for h in every if h.queued])
@@ -222,7 +227,7 @@ def inspect(url: str, *, hosts: int = 20) -> Inspection:
         next_lease_deadline_in=(max(0.0, (float(first[1]) - now_ms) / 1000) if first else None),
         leases_by_owner=by_owner,
         seen=int(meta.get("seen", "0") or 0) if bloom_bits else int(seen_set),
-        dedup="bloom" if bloom_bits else "exact",
+        dedup="bloom" if bloom_bits else "timed" if meta.get("seen_ttl") == "1" else "exact",
         bloom_fill_ratio=fill,
         bloom_false_positive_rate=fill**hashes if fill is not None else None,
         hosts=every[:hosts],
@@ -290,3 +295,50 @@ def purge(url: str) -> int:
     finally:
         _close_link(location, link)
     return deleted
+
+
+def hosts(url: str, *, top: int = 20) -> list[HostCount]:
+    """Per-host figures of the crawl at a Redis URL, without opening a frontier."""
+    location, link = _open_link(url)
+    try:
+        return host_counts(link, location.prefix.encode(), top, {})
+    finally:
+        _close_link(location, link)
+
+
+def change_host(url: str, what: str, host: str, seconds: float | None = None) -> None:
+    """Change one host of a running Redis crawl: ``block`` / ``delay`` (seconds) or ``unblock``.
+
+    Runs the crawl's ``control`` function, as a worker's `Frontier.block_host`
+    or `set_host_policy` would (with the pacing its workers last opened it
+    with); every worker obeys it from its next call. ``delay`` None gives the
+    host the crawl's delay again, keeping its own concurrency. Raises
+    `StoreError` when there is no such crawl.
+    """
+    location, link = _open_link(url)
+    prefix = location.prefix.encode()
+    try:
+        delay_s, concurrency = link.command(
+            b"HMGET", prefix + b"meta", b"last_host_delay", b"last_host_concurrency",
+            doing="reading the crawl's settings",
+        )  # fmt: skip
+        if delay_s is None:
+            raise StoreError(f"there is no crawl {location.crawl!r} at {location.display}")
+        link.load_library("loading crawlq's functions")
+        head = [b"FCALL", link.library.function["control"], b"1", prefix, what.encode()]
+        pacing = [b"%d" % math.ceil(float(delay_s) * 1_000_000), concurrency or b"0"]
+        args: list[bytes] = []
+        if what == "block":
+            assert seconds is not None
+            args = [b"%d" % math.ceil(seconds * 1000)]
+        elif what == "delay":
+            own = host_policy(link, prefix, host)[1]
+            args = [
+                b"" if seconds is None else b"%d" % math.ceil(seconds * 1000),
+                b"" if own is None else b"%d" % own,
+            ]
+            what_bytes = b"policy"
+            head[-1] = what_bytes
+        link.call(pack([*head, *pacing, host.encode(), *args]), "changing a host")
+    finally:
+        _close_link(location, link)

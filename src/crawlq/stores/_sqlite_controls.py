@@ -2,6 +2,9 @@
 
 Blocks and per-host policies live in the `Board` and in the ``controls``
 table (written at once: they are rare, and independent of the log's order).
+Another process (``crawlq hosts --block``) cannot write a job a crawler has
+open: it leaves each change in the ``inbox`` table, and the crawler applies
+it within a second (`SqliteControls._read_inbox`), through its own write path.
 Per-host accepted counts are in ``hosts.accepted``, brought up to date by each
 flush; `SqliteControls` adds what happened since. Fingerprints carry the time
 they were recorded (``seen.at``), for ``seen_ttl``.
@@ -9,19 +12,60 @@ they were recorded (``seen.at``), for ``seen_ttl``.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, cast
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, cast
+
+import msgspec
 
 from .._bloom import BloomFilter
+from .._errors import ConfigError, CrawlqError, JobLocked, StoreError
+from .._fingerprint import Fingerprinter
 from .._policy import Board
 from ._sqlite_bloom import SeenFilter
-from ._sqlite_file import Guard
+from ._sqlite_file import Guard, translate
 from ._sqlite_hosts import Host
 from .base import HostCount, host_details
 
-__all__ = ["SqliteControls"]
+__all__ = ["SqliteControls", "apply_change", "change_host", "leave_change"]
+
+log = logging.getLogger("crawlq.sqlite")
+
+#: The changes `leave_change` accepts, with their arguments.
+CHANGES: Final = {"block": 1, "unblock": 0, "delay": 1}
+
+
+def apply_change(store: Any, what: str, host: str, args: list[Any]) -> None:
+    """Apply one host change (an inbox row, or the CLI's own) to an open store.
+
+    ``block`` (seconds), ``unblock``, ``delay`` (seconds, or None: the
+    frontier's; the host's own concurrency stays). Raises `ConfigError` for
+    an unknown change.
+    """
+    if what == "block":
+        store.block_host(host, float(args[0]))
+    elif what == "unblock":
+        store.block_host(host, None)
+    elif what == "delay":
+        _, concurrency = store.host_policy(host)
+        delay = None if args[0] is None else float(args[0])
+        store.set_host_policy(host, delay, concurrency)
+    else:
+        raise ConfigError(f"unknown host change {what!r}; known: {', '.join(CHANGES)}")
+
+
+def leave_change(db: sqlite3.Connection, what: str, host: str, args: list[Any]) -> int:
+    """Leave a change in a job's inbox for the crawler that has it open; return its id."""
+    if what not in CHANGES:
+        raise ConfigError(f"unknown host change {what!r}; known: {', '.join(CHANGES)}")
+    cursor = db.execute(
+        "INSERT INTO inbox (data) VALUES (?)", (msgspec.msgpack.encode([what, host, *args]),)
+    )
+    return cast(int, cursor.lastrowid)
 
 
 class SqliteControls:
@@ -36,6 +80,7 @@ class SqliteControls:
         _hosts: dict[str, Host]
         _seen_count: int
         _seen_ttl: float | None
+        path: Path
         _unflushed_seen: dict[bytes, float]
 
         _clock: Callable[[], float]
@@ -86,6 +131,23 @@ class SqliteControls:
         seen_before = self._seen_before if self._seen_ttl is None else self._seen_live
         with self._guard:
             return [seen_before(fingerprint, bloom) for fingerprint in fingerprints]
+
+    # -- changes left by other processes ---------------------------------------------
+
+    def _read_inbox(self) -> int:
+        """Apply the changes other processes left in the ``inbox`` table; return how many."""
+        with self._guard:
+            rows = self._db.execute("SELECT id, data FROM inbox ORDER BY id").fetchall()
+        for _, data in rows:
+            try:
+                what, host, *args = msgspec.msgpack.decode(data)
+                apply_change(cast(Any, self), what, host, args)
+            except (ValueError, TypeError, msgspec.DecodeError, CrawlqError) as exc:
+                log.warning("job %s: a change in its inbox was not applied: %s", self.path, exc)
+        if rows:
+            with self._guard:
+                self._db.execute("DELETE FROM inbox WHERE id <= ?", (rows[-1][0],))
+        return len(rows)
 
     # -- reading and changing host controls ----------------------------------------
 
@@ -158,3 +220,69 @@ class SqliteControls:
                 raise
         self._seen_count -= removed
         return removed
+
+
+def change_host(url: str, what: str, host: str, seconds: float | None = None) -> str:
+    """Change one host of a job (``crawlq hosts --block``...); return what happened.
+
+    A job no crawler has open is opened and changed like a crawler would.
+    A job a crawler has open is left the change in its inbox; the crawler
+    applies it within a second, and this waits up to 3 seconds to say so.
+    Raises `StoreError` when there is no job, `ConfigError` for a bad change.
+    """
+    from .._frontier import Frontier
+    from .._open import open_frontier
+    from ._sqlite_file import JobLock, connect, job_path
+    from ._sqlite_inspect import job_settings
+
+    path = job_path(url).absolute()
+    settings = job_settings(str(path))
+    if settings is None:
+        raise StoreError(f"there is no crawlq job at {path}")
+    lock = JobLock(path)
+    try:
+        lock.acquire()
+    except JobLocked as exc:
+        holder = str(exc)
+    else:
+        lock.release()
+        fingerprint = settings.get("fingerprint")
+        fingerprinter = Fingerprinter.from_description(fingerprint) if fingerprint else None
+        frontier: Frontier = open_frontier(
+            str(path), lifo=bool(settings.get("lifo")), fingerprinter=fingerprinter
+        )
+        with frontier:
+            apply_change(_FrontierChanges(frontier), what, host, [seconds])
+        return f"changed {host} in job {path}"
+    db = connect(path, synchronous="NORMAL")
+    try:
+        with translate(path):
+            row = leave_change(db, what, host, [seconds] if what != "unblock" else [])
+            deadline = time.monotonic() + 3.0
+            while time.monotonic() < deadline:
+                if db.execute("SELECT 1 FROM inbox WHERE id = ?", (row,)).fetchone() is None:
+                    return f"changed {host}: the running crawl applied it ({holder})"
+                time.sleep(0.05)
+    finally:
+        db.close()
+    return f"left the change of {host} for the running crawl, applied at its next pop ({holder})"
+
+
+class _FrontierChanges:
+    """`apply_change`'s store interface over a public `Frontier`."""
+
+    def __init__(self, frontier: Any) -> None:
+        self._frontier = frontier
+
+    def block_host(self, host: str, seconds: float | None) -> None:
+        if seconds is None:
+            self._frontier.unblock_host(host)
+        else:
+            self._frontier.block_host(host, seconds)
+
+    def host_policy(self, host: str) -> tuple[float | None, int | None]:
+        policy = self._frontier.host_policy(host)
+        return policy.delay, policy.concurrency
+
+    def set_host_policy(self, host: str, delay: float | None, concurrency: int | None) -> None:
+        self._frontier.set_host_policy(host, delay=delay, concurrency=concurrency)

@@ -87,6 +87,7 @@ CREATE TABLE controls (
     delay REAL,
     concurrency INTEGER
 ) WITHOUT ROWID;
+CREATE TABLE inbox (id INTEGER PRIMARY KEY, data BLOB NOT NULL);
 INSERT INTO counters (name, value) VALUES ('capped', 0);
 """
 )

@@ -32,8 +32,9 @@ from .._request import Request, decode_request
 from .._version import __version__
 from ._sqlite_file import DATABASE_NAME, SCHEMA_VERSION, connect, job_path, translate
 from ._sqlite_log import LogFold, fold
+from .base import HostCount, host_details
 
-__all__ = ["export", "inspect", "job_settings"]
+__all__ = ["export", "hosts", "inspect", "job_settings"]
 
 _PRIORITIES_SHOWN: Final = 20
 
@@ -226,3 +227,38 @@ def _holder(path: Path) -> str:
     except PermissionError:
         pass
     return f"pid {text}"
+
+
+def hosts(url: str, *, top: int = 20) -> list[HostCount]:
+    """Per-host figures of a job, read without locking it (``crawlq hosts``).
+
+    Queued counts include leased requests (leases are not on disk: see the
+    module docstring), so ``leased`` is 0. Blocks, policies and accepted
+    counts are the job's own; a job of schema 1 has none of them.
+    """
+    with _reading(url) as (db, _):
+        log = _read_log(db)
+        schema = db.execute("PRAGMA user_version").fetchone()[0]
+        if schema >= 2:
+            rows = db.execute("SELECT name, queued, accepted FROM hosts").fetchall()
+            controls = db.execute(
+                "SELECT name, blocked_until, delay, concurrency FROM controls"
+            ).fetchall()
+        else:
+            rows = [
+                (name, queued, 0) for name, queued in db.execute("SELECT name, queued FROM hosts")
+            ]
+            controls = []
+    now = time.time()
+    queued = Counter({name: count for name, count, _ in rows})
+    queued.update(log.delta)
+    accepted = Counter({name: count for name, _, count in rows})
+    accepted.update(log.accepted)
+    blocked = {name: until for name, until, _, _ in controls if until is not None and until > now}
+    overrides = {
+        name: (delay, concurrency)
+        for name, _, delay, concurrency in controls
+        if delay is not None or concurrency is not None
+    }
+    busy = {name: (count, 0) for name, count in queued.items() if count > 0}
+    return host_details(busy, blocked, overrides, lambda name: accepted[name], top, now)

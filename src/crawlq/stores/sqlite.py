@@ -61,6 +61,7 @@ OPTIONS: Final = ("synchronous",)
 _FLUSH_ROWS: Final = 4096  # logged requests and acks held before a flush
 _FLUSH_OPS: Final = 1024  # log rows held before a flush
 _FLUSH_AGE: Final = 0.25  # seconds a log row may wait for a flush
+_INBOX_EVERY: Final = 1.0  # seconds between two looks at the inbox (see _sqlite_controls)
 
 
 def open_store(
@@ -173,6 +174,7 @@ class SqliteStore(SqliteControls):
             board.adopt(host)
             board.place(host, now)
         self._seen_filter = SeenFilter(self.path, self._seen_count)
+        self._inbox_at = 0.0  # the inbox is read at the first pop
 
     def _forget(self, slot: Slot) -> None:
         del self._hosts[slot.name]
@@ -335,6 +337,9 @@ class SqliteStore(SqliteControls):
     def pop(self) -> Request | None:
         self._check_open()
         now = self._clock()
+        if now >= self._inbox_at:
+            self._inbox_at = now + _INBOX_EVERY
+            self._read_inbox()
         if self._waiting_acks and now - self._acks_since >= self._ack_delay:
             self._write_acks(now)
         leases = self._leases
@@ -466,6 +471,9 @@ class SqliteStore(SqliteControls):
     def next_ready_in(self) -> float | None:
         self._check_open()
         now = self._clock()
+        if now >= self._inbox_at:
+            self._inbox_at = now + _INBOX_EVERY
+            self._read_inbox()
         self._acks_due(now)
         if not self._rows:
             return None
