@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import sqlite3
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, cast
@@ -29,6 +28,7 @@ from .._policy import Board
 from ._sqlite_bloom import SeenFilter
 from ._sqlite_file import Guard, translate
 from ._sqlite_hosts import Host
+from ._sqlite_log import fold
 from .base import HostCount, host_details
 
 __all__ = ["SqliteControls", "apply_change", "change_host", "leave_change"]
@@ -73,7 +73,6 @@ class SqliteControls:
 
     if TYPE_CHECKING:
         _accepted_known: dict[str, int]
-        _accepted_since: Counter[str]
         _board: Board
         _db: sqlite3.Connection
         _guard: Guard
@@ -113,7 +112,7 @@ class SqliteControls:
         total = self._accepted_known.get(name)
         if total is None:
             row = self._db.execute("SELECT accepted FROM hosts WHERE name = ?", (name,)).fetchone()
-            total = (row[0] if row is not None else 0) + self._accepted_since[name]
+            total = row[0] if row is not None else 0
             self._accepted_known[name] = total
         return total
 
@@ -157,12 +156,15 @@ class SqliteControls:
         board = self._board
         hosts = {h.name: (h.count - h.leased, h.leased) for h in self._hosts.values() if h.count}
 
+        with self._guard:  # what the log holds is not in the table yet
+            since = fold(self._db.execute("SELECT data FROM ops ORDER BY id")).accepted
+
         def accepted(name: str) -> int:
             with self._guard:
                 row = self._db.execute(
                     "SELECT accepted FROM hosts WHERE name = ?", (name,)
                 ).fetchone()
-            return (row[0] if row is not None else 0) + self._accepted_since[name]
+            return (row[0] if row is not None else 0) + since.get(name, 0)
 
         return host_details(hosts, board.blocked(now), board.overrides, accepted, limit, now)
 

@@ -10,11 +10,11 @@ before the job was reopened by its store.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from .._lease import Lease, new_lease
-from .._policy import LeaseDeadlines
+from .._policy import Board, LeaseDeadlines
 from ._sqlite_hosts import Host, Key
 
 __all__ = ["Handle", "Leases"]
@@ -54,17 +54,16 @@ class Leases:
         """Row ids whose lease deadline has passed, oldest first (still held)."""
         return [handle[1] for handle in self.deadlines.expired(now)]
 
-    def ack_records(
-        self, row_ids: list[int], pace: Callable[[Host], float]
-    ) -> list[tuple[int, str, float]]:
+    def ack_records(self, row_ids: list[int], board: Board) -> list[tuple[int, str, float]]:
         """The log's ack items: each carries its host's pacing time, so a crash keeps it.
 
-        ``pace`` gives a host's pacing time (a block is kept apart from it).
+        A blocked host's pacing time is the one its block put aside (`Board.pace`).
         """
         held = self._held
-        return [
-            (row_id, host.name, pace(host)) for row_id in row_ids for host in (held[row_id][4],)
-        ]
+        if board.blocks:
+            pace = board.pace
+            return [(row_id, h.name, pace(h)) for row_id in row_ids for h in (held[row_id][4],)]
+        return [(row_id, h.name, h.ready_at) for row_id in row_ids for h in (held[row_id][4],)]
 
     def trim(self) -> None:
         """Drop deadlines of ended leases (bounded memory)."""

@@ -86,18 +86,20 @@ def fold(rows: Iterable[tuple[bytes]]) -> LogFold:
         kind, items = row[0], row[1]
         if kind == ADD:
             at = row[2] if len(row) > 2 else 0.0
+            fingerprints = log.fingerprints
             for item in items:
-                row_id, host, negprio, seq, fingerprint, payload = item[:6]
-                added[row_id] = (host, negprio, seq, payload)
-                accepted[host] += 1
-                log.last_id = max(log.last_id, row_id)
-                if not fingerprint:
-                    continue
-                if len(item) > 6:
+                if len(item) == 6:
+                    row_id, host, negprio, seq, fingerprint, payload = item
+                    if fingerprint:
+                        fingerprints.append(fingerprint)
+                else:  # a renewed fingerprint (seen_ttl)
+                    row_id, host, negprio, seq, fingerprint, payload = item[:6]
                     log.renewed[fingerprint] = at
-                else:
-                    log.fingerprints.append(fingerprint)
-                    log.seen_at.append(at)
+                added[row_id] = (host, negprio, seq, payload)
+                accepted[host] = accepted.get(host, 0) + 1
+                if row_id > log.last_id:
+                    log.last_id = row_id
+            log.seen_at.extend([at] * (len(fingerprints) - len(log.seen_at)))
         else:
             for row_id, host, host_ready_at in items:
                 if added.pop(row_id, None) is None:
@@ -148,10 +150,6 @@ def apply(
             "UPDATE seen SET at = ? WHERE fingerprint = ?",
             [(at, fingerprint) for fingerprint, at in sorted(log.renewed.items())],
         )
-        db.executemany(
-            "UPDATE hosts SET accepted = accepted + ? WHERE id = ?",
-            [(count, host_ids[host]) for host, count in log.accepted.items()],
-        )
         if capped:
             db.execute("UPDATE counters SET value = value + ? WHERE name = 'capped'", (capped,))
         db.executemany(
@@ -163,15 +161,21 @@ def apply(
         )
         db.executemany("DELETE FROM requests WHERE id = ?", [(row_id,) for row_id in log.acked])
         db.executemany(
-            "UPDATE hosts SET queued = queued + ?,"
+            "UPDATE hosts SET queued = queued + ?, accepted = accepted + ?,"
             " head_negprio = CASE WHEN ? IS NOT NULL AND (head_negprio IS NULL OR queued = 0"
             "   OR (?, ?) < (head_negprio, head_seq)) THEN ? ELSE head_negprio END,"
             " head_seq = CASE WHEN ? IS NOT NULL AND (head_negprio IS NULL OR queued = 0"
             "   OR (?, ?) < (head_negprio, head_seq)) THEN ? ELSE head_seq END"
             " WHERE id = ?",
             [
-                (change, *_hint(best.get(host), 0), *_hint(best.get(host), 1), host_ids[host])
-                for host, change in log.delta.items()
+                (
+                    log.delta.get(host, 0),
+                    log.accepted.get(host, 0),
+                    *_hint(best.get(host), 0),
+                    *_hint(best.get(host), 1),
+                    host_ids[host],
+                )
+                for host in log.delta.keys() | log.accepted.keys()
             ],
         )
         db.executemany(

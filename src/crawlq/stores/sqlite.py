@@ -25,7 +25,6 @@ power loss; ``synchronous="full"`` also fsyncs every commit.
 from __future__ import annotations
 
 import time
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from heapq import heappush
 from pathlib import Path
@@ -141,9 +140,8 @@ class SqliteStore(SqliteControls):
         # Capped adds: stored, and since the last flush (which stores them).
         self._capped: int = counters.get("capped", 0)
         self._capped_since = 0
-        # Requests accepted per host since the last flush (the table has the
-        # rest), and the totals of the hosts the cap has looked at.
-        self._accepted_since: Counter[str] = Counter()
+        # With a cap: what each host it looked at ever had accepted (the
+        # table, which the flush at open made current, plus this process's).
         self._accepted_known: dict[str, int] = {}
         self._hosts: dict[str, Host] = {}
         self._board = Board(self._policy, self._forget, self._hosts)
@@ -194,8 +192,12 @@ class SqliteStore(SqliteControls):
 
     def _flush(self, now: float) -> None:
         """Apply the log to the tables, then move fresh requests to the index."""
-        pace = self._board.pace
-        paced = {h.name: at for h in self._hosts.values() if (at := pace(h)) > now}
+        pace = self._board.pace if self._board.blocks else None
+        paced = {
+            h.name: at
+            for h in self._hosts.values()
+            if (at := h.ready_at if pace is None else pace(h)) > now
+        }
         with self._guard:
             if self._waiting_acks:
                 # The tables must not get back a row whose ack is in memory.
@@ -204,7 +206,6 @@ class SqliteStore(SqliteControls):
             host_ids = log.apply(self._db, self._host_ids, paced, self._capped_since)
         self._capped += self._capped_since
         self._capped_since = 0
-        self._accepted_since.clear()
         self._host_ids.update(host_ids)
         for host, key in self._unflushed_acks.values():
             host.hidden.discard(key)
@@ -237,19 +238,22 @@ class SqliteStore(SqliteControls):
         seen_before = self._seen_before if self._seen_ttl is None else self._seen_live
         added: list[bool] = []
         batch_fingerprints: set[bytes] = set()
-        items: list[tuple[Any, ...]] = []
+        items: list[tuple[int, str, int, int, bytes | None, bytes]] = []
+        # Row ids whose fingerprint was recorded before, its seen_ttl passed.
+        renewed: list[int] = []
+        ttl = self._seen_ttl
         next_id = self._next_id
         store_lifo = self._lifo
         cap = self._cap
-        batch_accepted: Counter[str] = Counter()
-        capped = renewed = 0
+        batch_accepted: dict[str, int] = {}
+        capped = 0
         at = self._clock()
         if lifo is None:
             lifo = store_lifo
         with self._guard:
             for fingerprint, host_name, request, payload in entries:
                 if cap is not None and (
-                    self._accepted_total(host_name) + batch_accepted[host_name] >= cap
+                    self._accepted_total(host_name) + batch_accepted.get(host_name, 0) >= cap
                 ):
                     if request.dont_filter or not (
                         fingerprint in batch_fingerprints or seen_before(fingerprint, bloom)
@@ -268,27 +272,30 @@ class SqliteStore(SqliteControls):
                 row_id = next_id
                 next_id += 1
                 seq = order_key(row_id, lifo, store_lifo)
-                item: tuple[Any, ...] = (row_id, host_name, -request.priority, seq, stored, payload)
-                if stored is not None and self._seen_ttl is not None and self._expired(stored):
-                    item += (1,)  # recorded before: its time is renewed, not a new row
-                    renewed += 1
-                items.append(item)
+                items.append((row_id, host_name, -request.priority, seq, stored, payload))
+                if ttl is not None and stored is not None and self._expired(stored):
+                    renewed.append(row_id)
                 if cap is not None:
-                    batch_accepted[host_name] += 1
+                    batch_accepted[host_name] = batch_accepted.get(host_name, 0) + 1
                 added.append(True)
             self._capped_since += capped
             if not items and not acks:
                 return added
+            logged: list[Any] = items
+            if renewed:
+                # A 7th item marks a renewed fingerprint: its time, not a new row.
+                again = set(renewed)
+                logged = [(*item, 1) if item[0] in again else item for item in items]
             if not acks and not waiting:
-                log.append(db, log.ADD, items, at)
+                log.append(db, log.ADD, logged, at)
             else:
                 # Children, then the acks waiting and the parent's, commit
                 # together: an ack is never durable before earlier children.
                 db.execute("BEGIN IMMEDIATE")
                 try:
                     if items:
-                        log.append(db, log.ADD, items, at)
-                    records = self._leases.ack_records(acks, self._board.pace)
+                        log.append(db, log.ADD, logged, at)
+                    records = self._leases.ack_records(acks, self._board)
                     log.append(db, log.ACK, waiting + records)
                     db.execute("COMMIT")
                 except BaseException:
@@ -298,17 +305,14 @@ class SqliteStore(SqliteControls):
             # Logged: now, and only now, change what this process remembers.
             now = self._clock()
             self._next_id = next_id
-            self._seen_count += len(batch_fingerprints) - renewed
+            self._seen_count += len(batch_fingerprints) - len(renewed)
             self._unflushed_seen.update(dict.fromkeys(batch_fingerprints, at))
             self._seen_filter.add(batch_fingerprints, bloom, self._seen_count)
-            accepted_since = self._accepted_since
             known = self._accepted_known
             for name, count in batch_accepted.items():
                 known[name] += count  # the cap read it: it is there
             touched: set[Host] = set()
-            for item in items:
-                row_id, host_name, negprio, seq, _, payload = item[:6]
-                accepted_since[host_name] += 1
+            for row_id, host_name, negprio, seq, _, payload in items:
                 host = self._hosts.get(host_name)
                 if host is None:
                     host = self._hosts[host_name] = self._revive(host_name)
@@ -403,7 +407,7 @@ class SqliteStore(SqliteControls):
         row_ids = self._current(leases)
         if not row_ids:
             return
-        records = self._leases.ack_records(row_ids, self._board.pace)
+        records = self._leases.ack_records(row_ids, self._board)
         now = self._clock()
         if self._ack_delay <= 0.0:
             with self._guard:
