@@ -37,12 +37,13 @@ from ._policy import Policy
 from ._request import MAX_URL_LENGTH, Request
 from ._version import __version__
 from .scheduler import Scheduler, SchedulerStats
-from .stores.base import HostCount
+from .stores.base import Counters, HostCount
 
 __all__ = [
     "MAX_URL_LENGTH",
     "ConfigError",
     "CorruptStore",
+    "Counters",
     "CrawlqError",
     "Fingerprinter",
     "Frontier",

@@ -15,9 +15,9 @@ from ._fingerprint import Fingerprinter
 from ._lease import NOT_HANDED_OUT, Lease
 from ._policy import Policy
 from ._request import MAX_URL_LENGTH, Request, check_encodable, encode_request
-from .stores.base import Entry, HostCount, Store
+from .stores.base import Counters, Entry, HostCount, Store
 
-__all__ = ["Frontier", "FrontierStats", "HostCount", "Invalid"]
+__all__ = ["Counters", "Frontier", "FrontierStats", "HostCount", "Invalid"]
 
 _SLOT_KEY: Final = "download_slot"
 
@@ -45,9 +45,9 @@ class FrontierStats:
     #: Invalid requests ``add_many(..., invalid="skip")`` skipped through this
     #: frontier object since it was opened (not stored: one process's count).
     skipped: int = 0
-    #: Adds refused because their host reached ``max_requests_per_host``
-    #: (kept by the store: every worker's, each attempt counted).
-    capped: int = 0
+    #: What happened to the crawl's requests since it was created (kept by
+    #: the store: every worker's): accepted, duplicates, capped, popped...
+    counters: Counters = field(default_factory=Counters)
 
 
 class Frontier(HostControls):
@@ -462,7 +462,7 @@ class Frontier(HostControls):
             per_host,
             extra,
             self._skipped,
-            counts.capped,
+            counts.counters,
         )
 
     def load_state(self) -> dict[str, Any]:

@@ -187,15 +187,15 @@ def test_max_requests_per_host_refuses_and_counts_the_rest(open_store: OpenFront
     frontier = open_store(max_requests_per_host=2)
     batch = [f"https://a.example/{i}" for i in range(4)] + ["https://b.example/0"]
     assert frontier.add_many(batch) == [True, True, False, False, True]
-    assert frontier.stats().capped == 2
+    assert frontier.stats().counters.capped == 2
     assert frontier.add(Request("https://a.example/0")) is False  # a duplicate: not capped
-    assert frontier.stats().capped == 2
+    assert frontier.stats().counters.capped == 2
     assert frontier.add(Request("https://a.example/9", dont_filter=True)) is False
-    assert frontier.stats().capped == 3
+    assert frontier.stats().counters.capped == 3
     assert host_figures(frontier)["a.example"].accepted == 2
     drain(frontier)  # acking does not give a host its quota back
     assert frontier.add(Request("https://a.example/5")) is False
-    assert frontier.stats().capped == 4
+    assert frontier.stats().counters.capped == 4
     assert frontier.stats().seen == 3  # capped requests are not recorded as seen
 
 
@@ -207,7 +207,7 @@ def test_every_host_counts_what_it_had_accepted(open_store: OpenFrontier) -> Non
     figures = host_figures(frontier)
     assert figures["a.example"].accepted == 3
     assert figures["b.example"].accepted == 1
-    assert frontier.stats().capped == 0
+    assert frontier.stats().counters.capped == 0
 
 
 # -- forgetting and seen TTL ----------------------------------------------------------
@@ -256,8 +256,8 @@ def test_controls_survive_reopening(open_store: OpenFrontier, store_url: str) ->
     left = figures["a.example"].blocked_for
     assert left is not None and 50 < left <= 60
     assert figures["a.example"].accepted == 2
-    assert again.stats().capped == 1  # a.example/2, before the reopen
+    assert again.stats().counters.capped == 1  # a.example/2, before the reopen
     assert again.add(Request("https://a.example/9")) is False
-    assert again.stats().capped == 2
+    assert again.stats().counters.capped == 2
     again.unblock_host("a.example")
     assert pop_all(again) == ["https://a.example/0", "https://a.example/1"]

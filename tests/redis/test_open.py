@@ -136,3 +136,37 @@ def test_foreign_data_under_the_prefix(redis_url: str) -> None:
     with pytest.raises(crawlq.IncompatibleStore, match="another crawl name"):
         crawlq.open_frontier(redis_url + "?crawl=foreign")
     assert redis_store.purge(redis_url + "?crawl=foreign") == 1
+
+
+def test_a_crawl_of_key_format_3_is_upgraded_in_place(redis_url: str) -> None:
+    """Format 3 kept the queue's size in meta's ``queued``; format 4 counts from it."""
+    import redis
+
+    url = redis_url + "?crawl=format3"
+    frontier = crawlq.open_frontier(url)
+    frontier.add_many([f"https://a.example/{i}" for i in range(5)])
+    frontier.close()
+    client = redis.Redis.from_url(redis_url)
+    meta = "crawlq:{format3}:meta"
+    # What crawlq with key format 3 left: the count in `queued`, no counters.
+    client.hset(meta, mapping={"format": "3", "queued": "5"})
+    client.hdel(meta, "accepted", "popped", "released", "expired")
+    frontier = crawlq.open_frontier(url)
+    assert client.hget(meta, "format") == b"4"
+    assert frontier.add_many(["https://a.example/0", "https://a.example/5"]) == [False, True]
+    stats = frontier.stats()
+    assert (stats.queued, stats.leased) == (6, 0)
+    # Counted from the upgrade on.
+    assert stats.counters == crawlq.Counters(accepted=1, duplicates=1)
+    request = frontier.pop()
+    assert request is not None
+    frontier.ack(request)
+    frontier.flush()
+    assert len(frontier) == 5
+    frontier.close()
+    # A crawlq of format 3 must not read a queue it would count wrong.
+    client.hset(meta, "format", "5")
+    with pytest.raises(crawlq.IncompatibleStore, match="newer than this crawlq"):
+        crawlq.open_frontier(url)
+    client.close()
+    redis_store.purge(url)

@@ -127,7 +127,16 @@ def test_four_workers_one_killed(redis_url: str, tmp_path: Path, ack_delay: floa
         for (_, end_before), (next_start, _) in itertools.pairwise(spans):
             assert next_start >= end_before, f"{host}: two leases at once"
     with crawlq.open_frontier(url) as check:
-        assert check.stats().queued == 0 and check.stats().leased == 0
+        stats = check.stats()
+        assert stats.queued == 0 and stats.leased == 0
+        # The crawl-wide counters, every worker's: each request accepted and
+        # acked once; the killed worker's leases (handed out or prefetched)
+        # expired, and nothing else was popped.
+        counters = stats.counters
+        assert counters.accepted == REQUESTS and counters.acked == REQUESTS
+        assert counters.duplicates == 0 and counters.released == 0
+        assert counters.expired >= len(again)
+        assert counters.popped == REQUESTS + counters.expired
     redis_store.purge(url)
 
 

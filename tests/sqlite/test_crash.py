@@ -210,6 +210,11 @@ def check_after_kill(
         # (e) counts.
         assert (stats.queued, stats.leased) == (len(present), 0)
         assert stats.seen == len(log.accepted), "the seen count does not match what was accepted"
+        counters = stats.counters
+        assert (counters.accepted, counters.acked) == (len(log.accepted), len(log.acked))
+        # The killed process's leases came back: counted as expired, so the
+        # counters add up however many of its pops were saved.
+        assert counters.popped == counters.acked + counters.released + counters.expired
 
         # Order survives the kill: priority first, FIFO within a host and priority.
         for before, after in itertools.pairwise(drained):
@@ -287,6 +292,7 @@ def crash_loop(
             frontier.ack(request)
         stats = frontier.stats()
         assert (stats.queued, stats.leased, stats.seen) == (0, 0, len(log.accepted))
+        assert stats.counters.accepted == stats.counters.acked == len(log.accepted)
     finally:
         frontier.close()
     return {

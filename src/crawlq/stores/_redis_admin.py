@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from dataclasses import replace as dataclass_replace
 from typing import Any, Final
@@ -19,14 +19,62 @@ from typing import Any, Final
 from .._errors import StoreError
 from ._redis_config import RedisURL, parse_url
 from ._redis_conn import Link, acquire_client, pack, redis_module, release_client
-from .base import HostCount, host_details
+from .base import Counters, HostCount, host_details
 
-__all__ = ["Inspection", "change_host", "host_counts", "host_policy", "hosts", "inspect", "purge"]
+__all__ = [
+    "Inspection",
+    "change_host",
+    "host_counts",
+    "host_policy",
+    "hosts",
+    "inspect",
+    "meta_counts",
+    "purge",
+    "server_counters",
+]
 
 _SCAN_COUNT: Final = 1000
 _HIST_CHUNK: Final = 200  # hosts per inspect.lua call
 _STATE_HEAD: Final = struct.Struct(">BI")  # flag, leased
 _STATE_SIZE: Final = struct.calcsize(">BIdd")  # then the head id, if any
+
+
+def server_counters(figures: Sequence[int], leased: int, prefetched: int = 0) -> Counters:
+    """`Counters` from the server's (accepted, duplicates, capped, popped, released, expired).
+
+    ``leased`` is the server's lease count; ``prefetched`` requests, held
+    unused by the reader, are not popped yet. Acked is what was popped and
+    is neither back (released, expired) nor leased.
+    """
+    accepted, duplicates, capped, popped, released, expired = figures
+    return Counters(
+        accepted=accepted,
+        duplicates=duplicates,
+        capped=capped,
+        popped=popped - prefetched,
+        acked=popped - released - expired - leased,
+        released=released,
+        expired=expired,
+    )
+
+
+def meta_counts(meta: Mapping[str, str], leased: int) -> tuple[int, Counters]:
+    """The queue's size and the crawl's `Counters` from its meta hash (see lib.lua)."""
+
+    def get(name: str) -> int:
+        return int(meta.get(name, "0") or 0)
+
+    queued = get("queued") + get("accepted") - get("popped") + get("released") + get("expired")
+    offered = get("seq") - get("seq0")
+    figures = [
+        get("accepted"),
+        offered - get("accepted") - get("capped"),
+        get("capped"),
+        get("popped"),
+        get("released"),
+        get("expired"),
+    ]
+    return queued, server_counters(figures, leased)
 
 
 def _scan_hosts(link: Link, prefix: bytes) -> dict[str, tuple[int, int]]:
@@ -148,6 +196,8 @@ class Inspection:
     settings: dict[str, str] = field(default_factory=dict)
     #: Server memory in use (all crawls and data on that server), bytes.
     used_memory: int = 0
+    #: What happened to the crawl's requests since it was created.
+    counters: Counters = field(default_factory=Counters)
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (hosts as dicts)."""
@@ -210,6 +260,7 @@ def inspect(url: str, *, hosts: int = 20) -> Inspection:
         _close_link(location, link)
     fill = ones / bloom_bits if bloom_bits else None
     hashes = int(meta.get("bloom_hashes", "0") or 0)
+    queued, counters = meta_counts(meta, int(leased))
     settings = {
         k: v
         for k, v in meta.items()
@@ -221,7 +272,7 @@ def inspect(url: str, *, hosts: int = 20) -> Inspection:
         crawl=location.crawl,
         exists=bool(meta),
         server_version=fields.get("redis_version", "?"),
-        queued=int(meta.get("queued", "0") or 0),
+        queued=queued,
         leased=int(leased),
         expired_leases=int(expired),
         next_lease_deadline_in=(max(0.0, (float(first[1]) - now_ms) / 1000) if first else None),
@@ -235,6 +286,7 @@ def inspect(url: str, *, hosts: int = 20) -> Inspection:
         priorities=priorities,
         settings=settings,
         used_memory=int(fields.get("used_memory", "0") or 0),
+        counters=counters,
     )
 
 

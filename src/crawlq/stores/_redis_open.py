@@ -19,8 +19,10 @@ from ._redis_memory import evicting, eviction_refused, memory_fields
 
 __all__ = ["FORMAT", "Dedup", "check_server", "open_crawl"]
 
-#: Layout version of a crawl's keys, stored in its meta hash.
-FORMAT: Final = 3
+#: Layout version of a crawl's keys, stored in its meta hash. Opening a
+#: crawl of format 3 upgrades it in place (open.lua): format 4 keeps the
+#: queue's size as counters, which crawlq before 4 would not read.
+FORMAT: Final = 4
 
 log = logging.getLogger("crawlq.redis")
 

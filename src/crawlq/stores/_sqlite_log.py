@@ -116,17 +116,19 @@ def apply(
     known_hosts: Mapping[str, int],
     ready_at: Mapping[str, float],
     capped: int = 0,
+    totals: Mapping[str, int] | None = None,
 ) -> dict[str, int]:
     """Apply the log to the tables and empty it, in one transaction.
 
     Returns the ids of the hosts it wrote. ``known_hosts`` maps names to ids
     already known; ``ready_at`` gives pacing times to save for hosts known in
-    memory; ``capped`` adds to the count of capped adds (not logged: a
-    statistic). Sorted bulk writes share pages, so the indexed writes cost a
+    memory; ``capped`` adds to the count of capped adds and ``totals``
+    replaces counters (`crawlq.Counters` figures kept by the writing process;
+    not logged: statistics). Sorted bulk writes share pages, so the indexed writes cost a
     fraction of one transaction per logged call.
     """
     rows = db.execute("SELECT id, data FROM ops ORDER BY id").fetchall()
-    if not rows and not ready_at and not capped:
+    if not rows and not ready_at and not capped and not totals:
         return {}
     log = fold((data,) for _, data in rows)
     paced = dict(ready_at)
@@ -152,6 +154,10 @@ def apply(
         )
         if capped:
             db.execute("UPDATE counters SET value = value + ? WHERE name = 'capped'", (capped,))
+        if totals:
+            db.executemany(
+                "INSERT OR REPLACE INTO counters (name, value) VALUES (?, ?)", totals.items()
+            )
         db.executemany(
             "INSERT INTO requests (id, host, negprio, seq, payload) VALUES (?, ?, ?, ?, ?)",
             sorted(

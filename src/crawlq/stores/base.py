@@ -36,7 +36,10 @@ Deduplication
 
 Counts
     ``queued``, ``leased`` and ``seen`` come from the store itself, so every
-    process sharing a store sees the same numbers.
+    process sharing a store sees the same numbers. So do the crawl's
+    `Counters` (accepted, duplicates, popped...): each store keeps the few
+    numbers they derive from (``acked`` is what was popped and is neither
+    leased nor back in the queue), so they cost the hot path next to nothing.
 
 Durability
     For durable stores: once `Store.add` or `Store.release` returns, killing
@@ -62,12 +65,39 @@ from typing import Any, NamedTuple, Protocol
 
 from .._request import Request
 
-__all__ = ["Entry", "HostCount", "Store", "StoreCounts", "host_details"]
+__all__ = ["Counters", "Entry", "HostCount", "Store", "StoreCounts", "host_details"]
 
 #: A validated request ready to store: ``(fingerprint, host, request,
 #: payload)``. ``payload`` is the encoded request for stores that keep bytes
 #: (``needs_payload``), None otherwise. A plain tuple: it is built per add.
 Entry = tuple[bytes, str, Request, bytes | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Counters:
+    """What happened to a crawl's requests since it was created, every worker's.
+
+    Kept by the store: shared by every process of a Redis crawl, saved in a
+    SQLite job (accepted, acked and capped exactly; the others with each
+    flush, so a killed process loses at most its last fraction of a second),
+    one process's in memory. ``popped == acked + released + expired + leased``.
+    """
+
+    #: Adds that enqueued a request.
+    accepted: int = 0
+    #: Adds refused because their fingerprint was seen.
+    duplicates: int = 0
+    #: Adds refused because their host reached ``max_requests_per_host``.
+    capped: int = 0
+    #: Requests handed out (Redis: taken from the server by a worker, its
+    #: prefetch included; what it gives back unused is taken off again).
+    popped: int = 0
+    #: Requests finished by an ack.
+    acked: int = 0
+    #: Requests put back by `Frontier.release`.
+    released: int = 0
+    #: Leases that ran out (or whose holder was killed): re-deliveries.
+    expired: int = 0
 
 
 class StoreCounts(NamedTuple):
@@ -76,8 +106,7 @@ class StoreCounts(NamedTuple):
     queued: int
     leased: int
     seen: int
-    #: Adds refused by ``max_requests_per_host`` (each attempt counts).
-    capped: int = 0
+    counters: Counters = Counters()
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ from .._lease import Lease, new_lease
 from .._policy import Board, LeaseDeadlines, Policy, Slot, order_key
 from .._request import Request
 from .._seen import ExpiringFingerprints, FingerprintSet
-from .base import Entry, HostCount, StoreCounts, host_details
+from .base import Counters, Entry, HostCount, StoreCounts, host_details
 
 __all__ = ["OPTIONS", "MemoryStore", "open_store"]
 
@@ -84,6 +84,11 @@ class MemoryStore:
         self._cap = policy.max_requests_per_host
         self._capped = 0
         self._queued = 0
+        # With _accepted, _queued and the leases these give every Counters
+        # figure (`counts`), so pop and ack count nothing.
+        self._duplicates = 0
+        self._released = 0
+        self._expired = 0
         self._state: dict[str, Any] = {}
 
     def _forget(self, slot: Slot) -> None:
@@ -107,9 +112,12 @@ class MemoryStore:
             if cap is not None and host_accepted.get(host_name, 0) >= cap:
                 if request.dont_filter or fingerprint not in self._seen:
                     self._capped += 1  # a duplicate is a duplicate, not capped
+                else:
+                    self._duplicates += 1
                 added.append(False)
                 continue
             if not request.dont_filter and not seen_add(fingerprint):
+                self._duplicates += 1
                 added.append(False)
                 continue
             host_accepted[host_name] = host_accepted.get(host_name, 0) + 1
@@ -200,7 +208,10 @@ class MemoryStore:
         host.leased -= 1
         if requeue:
             request = item[2]
-            if expired:
+            if not expired:
+                self._released += 1
+            else:
+                self._expired += 1
                 # Its holder may still ack or release the old object: give
                 # the queue a copy so that late call cannot touch the new lease.
                 request = request.replace()
@@ -218,7 +229,18 @@ class MemoryStore:
         return [fingerprint in seen for fingerprint in fingerprints]
 
     def counts(self) -> StoreCounts:
-        return StoreCounts(self._queued, len(self._leases), len(self._seen), self._capped)
+        queued, leased = self._queued, len(self._leases)
+        returned = self._released + self._expired
+        counters = Counters(
+            accepted=self._accepted,
+            duplicates=self._duplicates,
+            capped=self._capped,
+            popped=self._accepted + returned - queued,
+            acked=self._accepted - queued - leased,
+            released=self._released,
+            expired=self._expired,
+        )
+        return StoreCounts(queued, leased, len(self._seen), counters)
 
     def host_counts(self, limit: int) -> list[HostCount]:
         board = self._board

@@ -63,7 +63,7 @@ from .._fingerprint import Fingerprinter
 from .._lease import Lease, new_lease
 from .._policy import Policy
 from .._request import Request, decode_request, encode_request
-from ._redis_admin import Inspection, inspect, purge
+from ._redis_admin import Inspection, inspect, purge, server_counters
 from ._redis_config import RedisURL, Settings, parse_url
 from ._redis_conn import (
     Link,
@@ -448,10 +448,11 @@ class RedisStore(RedisControls):
 
     def counts(self) -> StoreCounts:
         self.flush()  # the server's lease counts then include this worker's acks
-        queued, leased, seen, capped = self._read(b"counts")
+        queued, leased, seen, *figures = self._read(b"counts")
         # This store's own prefetched requests are not handed out yet.
         mine = len(self._buffer)
-        return StoreCounts(queued + mine, leased - mine, seen, capped)
+        counters = server_counters(figures, leased, mine)
+        return StoreCounts(queued + mine, leased - mine, seen, counters)
 
     def next_ready_in(self) -> float | None:
         if self._buffer and not self._stale():

@@ -49,7 +49,7 @@ from ._sqlite_file import (
 )
 from ._sqlite_hosts import Host, Key, Row, load_hosts, revive
 from ._sqlite_leases import Leases
-from .base import Entry, StoreCounts
+from .base import Counters, Entry, StoreCounts
 
 __all__ = ["OPTIONS", "SqliteStore", "open_store"]
 
@@ -140,6 +140,12 @@ class SqliteStore(SqliteControls):
         # Capped adds: stored, and since the last flush (which stores them).
         self._capped: int = counters.get("capped", 0)
         self._capped_since = 0
+        # Counters kept by this process and saved with each flush (accepted
+        # and acked come from the ids and rows, exactly; see `counts`).
+        self._duplicates: int = counters.get("duplicates", 0)
+        self._popped: int = counters.get("popped", 0)
+        self._released: int = counters.get("released", 0)
+        self._expiries: int = counters.get("expired", 0)
         # With a cap: what each host it looked at ever had accepted (the
         # table, which the flush at open made current, plus this process's).
         self._accepted_known: dict[str, int] = {}
@@ -173,6 +179,27 @@ class SqliteStore(SqliteControls):
             board.place(host, now)
         self._seen_filter = SeenFilter(self.path, self._seen_count)
         self._inbox_at = 0.0  # the inbox is read at the first pop
+        # Leases held when the job was last closed or killed came back: they
+        # are re-deliveries. (Pops since a killed process's last flush were
+        # not saved: count them as made, so popped = acked + released + expired.)
+        held = self._popped - self._acked_total() - self._released - self._expiries
+        if held > 0:
+            self._expiries += held
+        else:
+            self._popped -= held
+
+    def _acked_total(self) -> int:
+        """Requests acked since the job was created: the accepted ones no longer stored."""
+        return self._next_id - 1 - self._rows
+
+    def _totals(self) -> dict[str, int]:
+        """The counters this process keeps, for the flush to save."""
+        return {
+            "duplicates": self._duplicates,
+            "popped": self._popped,
+            "released": self._released,
+            "expired": self._expiries,
+        }
 
     def _forget(self, slot: Slot) -> None:
         del self._hosts[slot.name]
@@ -203,7 +230,9 @@ class SqliteStore(SqliteControls):
                 # The tables must not get back a row whose ack is in memory.
                 log.append(self._db, log.ACK, self._waiting_acks)
                 self._waiting_acks = []
-            host_ids = log.apply(self._db, self._host_ids, paced, self._capped_since)
+            host_ids = log.apply(
+                self._db, self._host_ids, paced, self._capped_since, self._totals()
+            )
         self._capped += self._capped_since
         self._capped_since = 0
         self._host_ids.update(host_ids)
@@ -279,6 +308,7 @@ class SqliteStore(SqliteControls):
                     batch_accepted[host_name] = batch_accepted.get(host_name, 0) + 1
                 added.append(True)
             self._capped_since += capped
+            self._duplicates += len(added) - len(items) - capped
             if not items and not acks:
                 return added
             logged: list[Any] = items
@@ -349,7 +379,7 @@ class SqliteStore(SqliteControls):
         leases = self._leases
         if leases.deadlines.items and leases.deadlines.items[0] <= now:
             for row_id in leases.expired(now):
-                self._requeue(row_id, now)
+                self._requeue(row_id, now, expired=True)
         board = self._board
         db = self._db
         with self._guard:
@@ -374,6 +404,7 @@ class SqliteStore(SqliteControls):
                     continue
                 host.take_row(db, key, from_disk)
                 board.popped(host, now)
+                self._popped += 1
                 return self._lease(host, row, now)
 
     def _lease(self, host: Host, row: Row, now: float) -> Request:
@@ -381,7 +412,11 @@ class SqliteStore(SqliteControls):
         request._lease = self._leases.take(self, host, row[0], (row[1], row[2]), now)
         return request
 
-    def _requeue(self, row_id: int, now: float) -> None:
+    def _requeue(self, row_id: int, now: float, *, expired: bool = False) -> None:
+        if expired:
+            self._expiries += 1
+        else:
+            self._released += 1
         key, host = self._leases.end(row_id)
         host.hidden.discard(key)
         payload = self._unflushed.get(row_id)
@@ -469,8 +504,16 @@ class SqliteStore(SqliteControls):
     def counts(self) -> StoreCounts:
         self._check_open()
         leased = len(self._leases)
-        capped = self._capped + self._capped_since
-        return StoreCounts(self._rows - leased, leased, self._seen_count, capped)
+        counters = Counters(
+            accepted=self._next_id - 1,
+            duplicates=self._duplicates,
+            capped=self._capped + self._capped_since,
+            popped=self._popped,
+            acked=self._acked_total(),
+            released=self._released,
+            expired=self._expiries,
+        )
+        return StoreCounts(self._rows - leased, leased, self._seen_count, counters)
 
     def next_ready_in(self) -> float | None:
         self._check_open()

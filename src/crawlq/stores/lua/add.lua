@@ -109,6 +109,7 @@ local function add(keys, args)
     end
     if new then
       accepted[name] = (accepted[name] or 0) + 1
+      n_accepted = n_accepted + 1
       seq = seq + 1
       local id
       if LIFO then

@@ -6,7 +6,12 @@
 --
 -- Keys, all under keys[1] = "crawlq:{NAME}:" (the hash tag puts one crawl in
 -- one cluster slot; per-host keys are derived here from that prefix):
---   meta     hash    format, lifo, dedup settings, counters (seq, queued, seen)
+--   meta     hash    format, lifo, dedup settings, counters: seq (ids handed
+--                    to adds: every request offered), seen (Bloom), capped,
+--                    accepted, popped (unpops take off), released, expired,
+--                    and queued (the count before format 4, else 0: the
+--                    queue's size is queued + accepted - popped + released +
+--                    expired), seq0 (seq before format 4)
 --   seen     set     16-byte fingerprints (exact dedup)
 --   bloom    string  Bloom filter bits (Bloom dedup)
 --   q:HOST   zset    queued requests of one host but its head (the first in
@@ -109,7 +114,10 @@ local function lower_bound(kind, at)
     bounds[P] = at
   end
 end
-local hosts, queued_delta
+-- Counters (crawlq.Counters) this call moves, written by save(): they are
+-- the only record of the queue's size (queued = queued + accepted - popped +
+-- released + expired, from the meta hash), so counting costs no command.
+local hosts, n_accepted, n_popped, n_released, n_expired
 -- Ids whose lease ended in this call (their leases and lease records go in
 -- one ZREM and one HDEL), and acked ids (their payloads go, likewise).
 local ended, acked_ids
@@ -170,7 +178,7 @@ local function begin(keys, args)
   NBUF = tonumber(args[9])
   ARG0 = 9 + 2 * NBUF
   NOW = nil
-  hosts, queued_delta = {}, 0
+  hosts, n_accepted, n_popped, n_released, n_expired = {}, 0, 0, 0, 0
   ended, acked_ids = {}, {}
 end
 
@@ -362,8 +370,17 @@ local function save()
   if #forget > 0 then
     chunked('HDEL', K_HOSTS, forget, 1)
   end
-  if queued_delta ~= 0 then
-    redis.call('HINCRBY', K_META, 'queued', int_text(queued_delta))
+  if n_accepted ~= 0 then
+    redis.call('HINCRBY', K_META, 'accepted', int_text(n_accepted))
+  end
+  if n_popped ~= 0 then
+    redis.call('HINCRBY', K_META, 'popped', int_text(n_popped))
+  end
+  if n_released ~= 0 then
+    redis.call('HINCRBY', K_META, 'released', int_text(n_released))
+  end
+  if n_expired ~= 0 then
+    redis.call('HINCRBY', K_META, 'expired', int_text(n_expired))
   end
 end
 
@@ -371,7 +388,6 @@ end
 -- as the host's head, or in its queue. Returns true when it became the head
 -- (the former head goes to the queue): the caller must then place the host.
 local function enqueue(name, state, score, id)
-  queued_delta = queued_delta + 1
   score = tonumber(score)
   local head = state.head_score
   if state.head_id == nil then
@@ -395,13 +411,20 @@ local function end_lease(id, record, how)
   local _, score, set, name = parse_lease(record)
   local state = host(name)
   state.leased = math.max(0, state.leased - 1)
-  if how ~= 'ack' then
-    enqueue(name, state, score, id)
-  else
+  if how == 'ack' then
     acked_ids[#acked_ids + 1] = id
-  end
-  if how == 'unpop' and same_time(state.ready, set) then
-    state.ready = 0
+  else
+    enqueue(name, state, score, id)
+    if how == 'release' then
+      n_released = n_released + 1
+    elseif how == 'expire' then
+      n_expired = n_expired + 1
+    else -- 'unpop': never handed out, so not popped
+      n_popped = n_popped - 1
+      if same_time(state.ready, set) then
+        state.ready = 0
+      end
+    end
   end
   place(name, state)
   ended[#ended + 1] = id
@@ -558,7 +581,7 @@ local function take(n, out, taken, records)
         else
           state.head_id, state.head_score = nil, nil
         end
-        queued_delta = queued_delta - 1
+        n_popped = n_popped + 1
         state.leased = state.leased + 1
         local delay = DELAY_MS
         if HOST_POLICY then

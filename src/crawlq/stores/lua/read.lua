@@ -1,5 +1,6 @@
 -- Read-only views of a frontier. keys[1] = "crawlq:{NAME}:".
--- args[1] = 'counts': returns {queued, leased, seen, capped}; args[2] is
+-- args[1] = 'counts': returns {queued, leased, seen, accepted, duplicates,
+--   capped, popped, released, expired} (crawlq.Counters); args[2] is
 --   'bloom' when seen is counted in meta, 'timed' when by `seen_at` (seen_ttl),
 --   else by the exact set.
 -- args[1] = 'wait': microseconds until a pop may lease something: 0 now, -1
@@ -51,7 +52,12 @@ local function read(keys, args)
   if args[1] == 'seen' then
     return seen(P, args)
   end
-  local queued = tonumber(redis.call('HGET', P .. 'meta', 'queued') or '0')
+  local m = redis.call('HMGET', P .. 'meta', 'queued', 'accepted', 'popped', 'released',
+    'expired', 'seq', 'seq0', 'capped')
+  for i = 1, 8 do
+    m[i] = tonumber(m[i] or '0')
+  end
+  local queued = m[1] + m[2] - m[3] + m[4] + m[5]
   local leased = redis.call('ZCARD', P .. 'leases')
   if args[1] == 'counts' then
     local seen
@@ -62,8 +68,9 @@ local function read(keys, args)
     else
       seen = redis.call('SCARD', P .. 'seen')
     end
-    local capped = tonumber(redis.call('HGET', P .. 'meta', 'capped') or '0')
-    return { queued, leased, seen, capped }
+    -- Counters: accepted, duplicates (every request offered was accepted,
+    -- capped or a duplicate), capped, popped, released, expired.
+    return { queued, leased, seen, m[2], m[6] - m[7] - m[2] - m[8], m[8], m[3], m[4], m[5] }
   end
   if queued <= 0 and leased == 0 then
     return -1
