@@ -11,7 +11,9 @@ import pytest
 
 import crawlq
 
-pytest_plugins = ["tests.redis_server"]
+from ._watched_crawl import Crawl
+
+pytest_plugins = ["tests.redis_server", "tests._terminal"]
 
 #: Stores the conformance suite runs against; a new store adds its name here
 #: and a branch in `store_url`.
@@ -52,3 +54,25 @@ def open_store(store_url: str) -> Iterator[OpenFrontier]:
     yield open_
     for frontier in opened:
         frontier.close()
+
+
+_watched = itertools.count()
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def crawl_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A SQLite job or a Redis crawl for `tests._watched_crawl` (``crawlq top``, metrics)."""
+    if request.param == "sqlite":
+        return str(tmp_path / "job")
+    server_url = str(request.getfixturevalue("redis_url"))
+    return f"{server_url}?crawl=watched-{next(_watched)}"
+
+
+@pytest.fixture
+def crawl(crawl_url: str) -> Iterator[Crawl]:
+    """`tests._watched_crawl` running on ``crawl_url`` in a child process, "ready"."""
+    running = Crawl(crawl_url)
+    try:
+        yield running
+    finally:
+        running.stop()

@@ -14,16 +14,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from crawlq._demo import DemoConfig, DemoProgress, run_demo
 
+from ._terminal import Tmux
 from .test_demo import demo_process, fetch_log, wait_for_fetches
-
-INSTALL_TMUX = "apt-get install -y tmux"
 
 
 def row(summary: str, label: str) -> int:
@@ -95,55 +91,6 @@ def test_totals_after_kill_9_agree_with_the_server_log(tmp_path: Path) -> None:
 
 
 # -- in a real terminal ------------------------------------------------------------
-
-
-class Tmux:
-    """A tmux server of its own (``-S socket``) with one session at a time; stopped at the end."""
-
-    def __init__(self, socket: Path) -> None:
-        binary = shutil.which("tmux")
-        if binary is None:
-            pytest.fail(f"tmux is not installed; the terminal tests need it: {INSTALL_TMUX}")
-        self.base = [binary, "-S", str(socket)]
-        self.session = ""
-
-    def run(self, *args: str) -> str:
-        done = subprocess.run([*self.base, *args], capture_output=True, text=True, timeout=30)
-        assert done.returncode == 0, (args, done.stderr)
-        return done.stdout
-
-    def start(self, name: str, command: str) -> None:
-        """Run ``command`` in a new 220x60 session ``name`` (the previous one is closed)."""
-        # The new session first: killing the server's last session stops the
-        # server, and a new-session racing with that exit fails.
-        self.run("new-session", "-d", "-s", name, "-x", "220", "-y", "60", command)
-        if self.session:
-            self.run("kill-session", "-t", self.session)
-        self.session = name
-
-    def screen(self) -> str:
-        return self.run("capture-pane", "-p", "-J", "-S", "-1000", "-t", self.session)
-
-    def wait_for(self, text: str, timeout: float) -> str:
-        deadline = time.monotonic() + timeout
-        while True:
-            screen = self.screen()
-            if text in screen:
-                return screen
-            assert time.monotonic() < deadline, f"{text!r} never appeared:\n{screen}"
-            time.sleep(0.2)
-
-    def stop(self) -> None:
-        subprocess.run([*self.base, "kill-server"], capture_output=True, timeout=30)
-
-
-@pytest.fixture
-def tmux(tmp_path: Path) -> Iterator[Tmux]:
-    terminal = Tmux(tmp_path / "tmux.sock")
-    try:
-        yield terminal
-    finally:
-        terminal.stop()
 
 
 def test_ctrl_c_in_a_terminal_then_resume(tmp_path: Path, tmux: Tmux) -> None:

@@ -141,6 +141,7 @@ def test_every_python_block_is_covered() -> None:
         "docs/scrapy.md: Scrapy",
         "docs/stores.md: Durable jobs (SQLite)",
         "docs/stores.md: Redis: many crawler processes, one frontier",
+        "docs/watching.md: Counters",
     ], "a new section has Python code: run it in this file"
 
 
@@ -325,3 +326,10 @@ def test_the_middleware_snippet_names_a_real_middleware() -> None:
     for path in namespace["DOWNLOADER_MIDDLEWARES"]:
         module, _, name = path.rpartition(".")
         assert getattr(__import__(module, fromlist=[name]), name) is not None
+
+
+def test_the_counters_block_runs_and_its_results_hold(monkeypatch: pytest.MonkeyPatch) -> None:
+    (code,) = [code for section, code in PYTHON if section == "docs/watching.md: Counters"]
+    code, checks = checked(code)
+    assert checks == 5
+    run(code, monkeypatch)

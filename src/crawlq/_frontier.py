@@ -48,6 +48,10 @@ class FrontierStats:
     #: What happened to the crawl's requests since it was created (kept by
     #: the store: every worker's): accepted, duplicates, capped, popped...
     counters: Counters = field(default_factory=Counters)
+    #: With ``hosts``: how many hosts hold requests (queued or leased), and
+    #: how many are blocked now, listed or not.
+    busy_hosts: int | None = None
+    blocked_hosts: int | None = None
 
 
 class Frontier(HostControls):
@@ -438,6 +442,12 @@ class Frontier(HostControls):
             counts = self._store.counts()
         return counts.queued + counts.leased
 
+    def _replace_store(self, store: Store) -> None:
+        """Put ``store``, a wrapper of the current one (`crawlq.metrics`), in its place."""
+        with self._lock:
+            self._store = store
+            self._store_add, self._store_ack, self._store_pop = store.add, store.ack, store.pop
+
     def stats(self, *, hosts: bool | int = False) -> FrontierStats:
         """Return counts from the store; ``hosts=True`` (or a limit) adds per-host figures.
 
@@ -449,10 +459,11 @@ class Frontier(HostControls):
             raise FrontierClosed(f"frontier {self.url} is closed")
         with self._lock:
             counts = self._store.counts()
-            per_host = None
+            per_host = busy = blocked = None
             if hosts:
                 limit = 50 if hosts is True else int(hosts)
-                per_host = tuple(self._store.host_counts(limit))
+                listed = self._store.host_counts(limit)
+                per_host, busy, blocked = tuple(listed), listed.busy, listed.blocked
             extra = self._store.extra_stats()
         return FrontierStats(
             counts.queued,
@@ -463,6 +474,8 @@ class Frontier(HostControls):
             extra,
             self._skipped,
             counts.counters,
+            busy,
+            blocked,
         )
 
     def load_state(self) -> dict[str, Any]:

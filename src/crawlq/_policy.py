@@ -255,6 +255,13 @@ class Board:
                 return block[1]
         return slot.ready_at
 
+    def timing(self, name: str, now: float) -> tuple[float, bool]:
+        """Host ``name``'s seconds until its delay has passed, and whether it is at its limit."""
+        slot = self._slots.get(name)
+        if slot is None:
+            return 0.0, False
+        return max(0.0, self.pace(slot) - now), slot.leased >= slot.concurrency
+
     def blocked(self, now: float) -> dict[str, float]:
         """Hosts blocked now, with the time each block ends; ended blocks are dropped."""
         blocks = self.blocks

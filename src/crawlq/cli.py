@@ -502,6 +502,14 @@ from ._cli_hosts import hosts as _hosts  # noqa: E402 - it uses the helpers abov
 
 app.command("hosts")(_hosts)
 
+from ._cli_top import top as _top  # noqa: E402 - it uses the helpers above
+
+app.command("top")(_top)
+
+from ._cli_metrics import metrics as _metrics  # noqa: E402 - it uses the helpers above
+
+app.command("metrics")(_metrics)
+
 
 def main() -> None:
     """Run the ``crawlq`` command line (the console script's entry point)."""

@@ -582,3 +582,38 @@ def test_a_host_at_its_limit_never_waits_on_acks_held_here(url: str) -> None:
     third = frontier.pop()  # the refill itself carries the waiting ack
     assert third is not None and third.url == "https://a.example/2"
     frontier.close()
+
+
+def accepted_of(frontier: crawlq.Frontier, host: str) -> int:
+    listed = frontier.stats(hosts=True).hosts or ()
+    return next((h.accepted for h in listed if h.host == host), 0)
+
+
+def test_without_a_cap_each_worker_sends_its_host_counts_within_a_second(url: str) -> None:
+    first, second = crawlq.open_frontier(url), crawlq.open_frontier(url)
+    try:
+        first.add_many([f"https://a.example/{i}" for i in range(3)])
+        # Stats only: the first worker holds its count until a second has passed...
+        assert accepted_of(second, "a.example") == 0
+        assert accepted_of(first, "a.example") == 3  # ...but counts its own when asked
+        first.add_many([f"https://a.example/{i}" for i in range(3, 5)])
+        assert accepted_of(second, "a.example") == 3
+        time.sleep(1.1)
+        first.add(Request("https://a.example/5"))  # the first add after a second sends them
+        assert accepted_of(second, "a.example") == 6
+        first.add(Request("https://a.example/6"))
+    finally:
+        first.close()  # sends what it holds
+    assert accepted_of(second, "a.example") == 7
+    second.close()
+
+
+def test_with_a_cap_every_worker_sees_exact_host_counts(url: str) -> None:
+    first = crawlq.open_frontier(url, max_requests_per_host=100)
+    second = crawlq.open_frontier(url, max_requests_per_host=100)
+    try:
+        first.add_many([f"https://a.example/{i}" for i in range(3)])
+        assert accepted_of(second, "a.example") == 3
+    finally:
+        first.close()
+        second.close()

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from .._frontier import Frontier
 
-__all__ = ["RetryAfterMiddleware", "retry_after_seconds"]
+__all__ = ["RetryAfterMiddleware", "crawler_frontier", "retry_after_seconds", "scheduler_name"]
 
 log = logging.getLogger("crawlq.scrapy")
 
@@ -68,6 +68,28 @@ def _seconds_setting(crawler: Crawler, name: str, default: float) -> float:
     return seconds
 
 
+def _scheduler(crawler: Crawler) -> object:
+    engine = getattr(crawler, "engine", None)
+    slot = getattr(engine, "_slot", None)  # Scrapy's engine keeps its scheduler there
+    return getattr(slot, "scheduler", None)
+
+
+def crawler_frontier(crawler: Crawler) -> Frontier | None:
+    """The frontier of the crawler's running crawlq ``Scheduler``, None with another."""
+    scheduler = _scheduler(crawler)
+    from ._scrapy_scheduler import Scheduler
+
+    # Not isinstance: Scrapy's BaseScheduler answers it for any scheduler.
+    if scheduler is not None and Scheduler in type(scheduler).__mro__:
+        return cast(Scheduler, scheduler).frontier
+    return None
+
+
+def scheduler_name(crawler: Crawler) -> str:
+    """The class name of the crawler's scheduler, for a warning."""
+    return type(_scheduler(crawler)).__name__
+
+
 class RetryAfterMiddleware:
     """Block a download slot in the frontier on 429 / 503; apply robots.txt ``Crawl-delay``.
 
@@ -96,20 +118,15 @@ class RetryAfterMiddleware:
         return cls(crawler)
 
     def _frontier(self) -> Frontier | None:
-        engine = getattr(self.crawler, "engine", None)
-        slot = getattr(engine, "_slot", None)  # Scrapy's engine keeps its scheduler there
-        scheduler = getattr(slot, "scheduler", None)
-        from ._scrapy_scheduler import Scheduler
-
-        # Not isinstance: Scrapy's BaseScheduler answers it for any scheduler.
-        if scheduler is not None and Scheduler in type(scheduler).__mro__:
-            return cast(Scheduler, scheduler).frontier
+        frontier = crawler_frontier(self.crawler)
+        if frontier is not None:
+            return frontier
         if not self._warned:
             self._warned = True
             log.warning(
                 "RetryAfterMiddleware needs SCHEDULER = 'crawlq.contrib.scrapy.Scheduler' "
                 "(the scheduler is %s): 429/503 responses block nothing",
-                type(scheduler).__name__,
+                scheduler_name(self.crawler),
             )
         return None
 

@@ -29,6 +29,9 @@ requests in the engine at once, downloading or being parsed (the re-fetches afte
 answered 429 or 503 without a `Retry-After` |
 | `CRAWLQ_RETRY_AFTER_MAX` | `3600` | the longest block (and robots.txt `Crawl-delay`) \
 `RetryAfterMiddleware` sets, in seconds |
+| `CRAWLQ_METRICS_PORT` | unset | the port `MetricsExtension` serves Prometheus metrics on |
+| `CRAWLQ_METRICS_ADDR` | `127.0.0.1` | the address `MetricsExtension` listens on |
+| `CRAWLQ_METRICS_HOSTS` | `10` | busiest hosts with metric series of their own |
 
 (A trailing backslash continues a row on the next line.) Scrapy settings it
 honours: `JOBDIR`; `SCHEDULER_DEBUG` (log every request kept in memory, not
@@ -46,6 +49,9 @@ sends start requests newest first; `None` orders them like the others);
 slot in the frontier when it answers 429 or 503 (for its ``Retry-After``),
 and with ``ROBOTSTXT_OBEY`` gives a host its robots.txt ``Crawl-delay``:
 every process of a shared crawl obeys both.
+
+`MetricsExtension` (in ``EXTENSIONS``, with ``CRAWLQ_METRICS_PORT``) serves
+the crawl's Prometheus metrics (`crawlq.metrics`) while the spider runs.
 
 For Scrapy's stock scheduler with ``JOBDIR``, `FifoDiskQueue` and
 `LifoDiskQueue` replace its pickle disk queues (``SCHEDULER_DISK_QUEUE``).
@@ -71,6 +77,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 from ._scrapy_codec import Unserializable
 from ._scrapy_dupefilter import DupeFilter
 from ._scrapy_frontiers import crawlq_priority
+from ._scrapy_metrics import MetricsExtension
 from ._scrapy_queues import FifoDiskQueue, LifoDiskQueue
 from ._scrapy_redis_queues import QueueCheckFailed, RedisFifoQueue, RedisLifoQueue, TransientError
 from ._scrapy_retry_after import RetryAfterMiddleware, retry_after_seconds
@@ -81,6 +88,7 @@ __all__ = [
     "DupeFilter",
     "FifoDiskQueue",
     "LifoDiskQueue",
+    "MetricsExtension",
     "QueueCheckFailed",
     "RedisFifoQueue",
     "RedisLifoQueue",

@@ -19,7 +19,7 @@ from typing import Any, Final
 from .._errors import StoreError
 from ._redis_config import RedisURL, parse_url
 from ._redis_conn import Link, acquire_client, pack, redis_module, release_client
-from .base import Counters, HostCount, host_details
+from .base import Counters, HostCount, HostList, host_details
 
 __all__ = [
     "Inspection",
@@ -31,11 +31,13 @@ __all__ = [
     "meta_counts",
     "purge",
     "server_counters",
+    "snapshot",
 ]
 
 _SCAN_COUNT: Final = 1000
 _HIST_CHUNK: Final = 200  # hosts per inspect.lua call
-_STATE_HEAD: Final = struct.Struct(">BI")  # flag, leased
+_STATE_HEAD: Final = struct.Struct(">BId")  # flag, leased, ready (ms)
+_FLAG_FULL: Final = 73  # lib.lua's FLAG_I: at its concurrency limit
 _STATE_SIZE: Final = struct.calcsize(">BIdd")  # then the head id, if any
 
 
@@ -77,9 +79,10 @@ def meta_counts(meta: Mapping[str, str], leased: int) -> tuple[int, Counters]:
     return queued, server_counters(figures, leased)
 
 
-def _scan_hosts(link: Link, prefix: bytes) -> dict[str, tuple[int, int]]:
-    """Every host with state: its lease count, and 1 if it has a head request."""
-    leased: dict[str, tuple[int, int]] = {}
+def _scan_hosts(link: Link, prefix: bytes) -> dict[str, tuple[int, int, bool, float]]:
+    """Every host with state: its lease count, 1 if it has a head request,
+    whether it is at its concurrency limit, and when its delay ends (ms)."""
+    leased: dict[str, tuple[int, int, bool, float]] = {}
     cursor = b"0"
     while True:
         cursor, flat = link.command(
@@ -89,17 +92,16 @@ def _scan_hosts(link: Link, prefix: bytes) -> dict[str, tuple[int, int]]:
             # The state is packed by lib.lua as struct '>BI4dd' .. head id;
             # the head request is not in the host's queue.
             state = flat[i + 1]
-            leased[flat[i].decode()] = (
-                _STATE_HEAD.unpack_from(state)[1],
-                int(len(state) > _STATE_SIZE),
-            )
+            flag, held, ready = _STATE_HEAD.unpack_from(state)
+            head = len(state) > _STATE_SIZE
+            leased[flat[i].decode()] = (held, int(head), head and flag == _FLAG_FULL, ready)
         if cursor in (b"0", 0):
             return leased
 
 
 def host_counts(
     link: Link, prefix: bytes, limit: int, prefetched: Mapping[str, int]
-) -> list[HostCount]:
+) -> HostList:
     """Up to ``limit`` hosts: the most queued first, then blocked or with a policy.
 
     ``prefetched`` counts, per host, requests this process leased ahead and has
@@ -117,7 +119,7 @@ def host_counts(
     busy: dict[str, tuple[int, int]] = {}
     for name, waiting in zip(names, queued, strict=True):
         mine = prefetched.get(name, 0)
-        held, head = leased[name]
+        held, head, _, _ = leased[name]
         waiting += mine + head
         held -= mine
         if waiting or held:
@@ -133,16 +135,25 @@ def host_counts(
         if until > now:
             blocked[blocks[i].decode()] = until / 1000
     overrides = {policies[i].decode(): _policy(policies[i + 1]) for i in range(0, len(policies), 2)}
-    details = host_details(busy, blocked, overrides, lambda name: 0, limit, now / 1000)
+
+    def timing(name: str) -> tuple[float, bool]:
+        _, _, full, ready = leased.get(name, (0, 0, False, 0.0))
+        return max(0.0, (ready - now) / 1000), full
+
+    details = host_details(busy, blocked, overrides, lambda name: 0, limit, now / 1000, timing)
     if not details:
         return details
     accepted = link.command(
         b"HMGET", prefix + b"accepted", *(h.host.encode() for h in details), doing="listing hosts"
     )
-    return [
-        dataclass_replace(h, accepted=int(count or 0))
-        for h, count in zip(details, accepted, strict=True)
-    ]
+    return HostList(
+        [
+            dataclass_replace(h, accepted=int(count or 0))
+            for h, count in zip(details, accepted, strict=True)
+        ],
+        details.busy,
+        details.blocked,
+    )
 
 
 def _policy(value: bytes) -> tuple[float | None, int | None]:
@@ -349,7 +360,7 @@ def purge(url: str) -> int:
     return deleted
 
 
-def hosts(url: str, *, top: int = 20) -> list[HostCount]:
+def hosts(url: str, *, top: int = 20) -> HostList:
     """Per-host figures of the crawl at a Redis URL, without opening a frontier."""
     location, link = _open_link(url)
     try:
@@ -394,3 +405,37 @@ def change_host(url: str, what: str, host: str, seconds: float | None = None) ->
         link.call(pack([*head, *pacing, host.encode(), *args]), "changing a host")
     finally:
         _close_link(location, link)
+
+
+def snapshot(url: str, *, top: int = 20) -> tuple[int, int, int, Counters, HostList]:
+    """Queued, leased, seen, `Counters` and the ``top`` busiest hosts of a Redis crawl.
+
+    For ``crawlq top`` and metrics read from outside the workers; leased
+    includes workers' prefetched requests. Costs what `host_counts` costs.
+    Raises `StoreError` when there is no such crawl, `StoreUnavailable` when
+    the server cannot be reached.
+    """
+    location, link = _open_link(url)
+    prefix = location.prefix.encode()
+    try:
+        meta_flat, leased, seen_set, seen_timed = link.commands(
+            [
+                (b"HGETALL", prefix + b"meta"),
+                (b"ZCARD", prefix + b"leases"),
+                (b"SCARD", prefix + b"seen"),
+                (b"HLEN", prefix + b"seen_at"),
+            ],
+            "reading the crawl",
+        )
+        if not meta_flat:
+            raise StoreError(f"there is no crawl {location.crawl!r} at {location.display}")
+        busiest = host_counts(link, prefix, top, {})
+    finally:
+        _close_link(location, link)
+    meta = {meta_flat[i].decode(): meta_flat[i + 1].decode() for i in range(0, len(meta_flat), 2)}
+    queued, counters = meta_counts(meta, int(leased))
+    if int(meta.get("bloom_bits", "0") or 0):
+        seen = int(meta.get("seen", "0") or 0)
+    else:
+        seen = int(seen_timed if meta.get("seen_ttl") == "1" else seen_set)
+    return queued, int(leased), seen, counters, busiest

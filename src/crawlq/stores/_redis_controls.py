@@ -18,7 +18,7 @@ from ._redis_admin import host_counts, host_policy
 from ._redis_config import RedisURL
 from ._redis_conn import Link, pack
 from ._redis_open import Dedup
-from .base import HostCount
+from .base import HostList
 
 __all__ = ["RedisControls"]
 
@@ -39,12 +39,14 @@ class RedisControls:
         _prefix: bytes
 
         def flush(self) -> None: ...
+        def _send_host_accepted(self) -> None: ...
         def _call(
             self, function: bytes, refill: int, force: bool, extra: Sequence[bytes], doing: str
         ) -> list[Any]: ...
 
-    def host_counts(self, limit: int) -> list[HostCount]:
+    def host_counts(self, limit: int) -> HostList:
         self.flush()
+        self._send_host_accepted()  # this worker's own counts; others' are a second old at most
         mine: dict[str, int] = {}
         for _, host in self._buffer:
             name = host.decode()

@@ -29,7 +29,7 @@ from ._sqlite_bloom import SeenFilter
 from ._sqlite_file import Guard, translate
 from ._sqlite_hosts import Host
 from ._sqlite_log import fold
-from .base import HostCount, host_details
+from .base import HostList, host_details
 
 __all__ = ["SqliteControls", "apply_change", "change_host", "leave_change"]
 
@@ -150,7 +150,7 @@ class SqliteControls:
 
     # -- reading and changing host controls ----------------------------------------
 
-    def host_counts(self, limit: int) -> list[HostCount]:
+    def host_counts(self, limit: int) -> HostList:
         self._check_open()
         now = self._clock()
         board = self._board
@@ -166,7 +166,10 @@ class SqliteControls:
                 ).fetchone()
             return (row[0] if row is not None else 0) + since.get(name, 0)
 
-        return host_details(hosts, board.blocked(now), board.overrides, accepted, limit, now)
+        blocked = board.blocked(now)
+        return host_details(
+            hosts, blocked, board.overrides, accepted, limit, now, lambda n: board.timing(n, now)
+        )
 
     # -- host controls ----------------------------------------------------------
 

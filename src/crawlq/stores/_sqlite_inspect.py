@@ -32,9 +32,9 @@ from .._request import Request, decode_request
 from .._version import __version__
 from ._sqlite_file import DATABASE_NAME, SCHEMA_VERSION, connect, job_path, translate
 from ._sqlite_log import LogFold, fold
-from .base import HostCount, host_details
+from .base import Counters, HostList, host_details
 
-__all__ = ["export", "hosts", "inspect", "job_settings"]
+__all__ = ["export", "hosts", "inspect", "job_settings", "snapshot"]
 
 _PRIORITIES_SHOWN: Final = 20
 
@@ -229,7 +229,7 @@ def _holder(path: Path) -> str:
     return f"pid {text}"
 
 
-def hosts(url: str, *, top: int = 20) -> list[HostCount]:
+def hosts(url: str, *, top: int = 20) -> HostList:
     """Per-host figures of a job, read without locking it (``crawlq hosts``).
 
     Queued counts include leased requests (leases are not on disk: see the
@@ -237,23 +237,61 @@ def hosts(url: str, *, top: int = 20) -> list[HostCount]:
     counts are the job's own; a job of schema 1 has none of them.
     """
     with _reading(url) as (db, _):
+        return _hosts(db, _read_log(db), top)
+
+
+def snapshot(url: str, *, top: int = 20) -> tuple[int, int, int, Counters, HostList]:
+    """Queued, leased, seen, `Counters` and the ``top`` busiest hosts of a job, lock-free.
+
+    For ``crawlq top`` and metrics read from outside the crawler. Leases are
+    not on disk: ``leased`` is what the counters the crawler saved with its
+    last flush (a fraction of a second old while it writes) say are out,
+    and per host it is 0 (queued counts them). Raises what `inspect` raises.
+    """
+    with _reading(url) as (db, _):
         log = _read_log(db)
-        schema = db.execute("PRAGMA user_version").fetchone()[0]
-        if schema >= 2:
-            rows = db.execute("SELECT name, queued, accepted FROM hosts").fetchall()
-            controls = db.execute(
-                "SELECT name, blocked_until, delay, concurrency FROM controls"
-            ).fetchall()
-        else:
-            rows = [
-                (name, queued, 0) for name, queued in db.execute("SELECT name, queued FROM hosts")
-            ]
-            controls = []
+        saved = dict(db.execute("SELECT name, value FROM counters").fetchall())
+        stored = db.execute("SELECT COALESCE(SUM(queued), 0) FROM hosts").fetchone()[0]
+        busiest = _hosts(db, log, top)
+    stored += sum(log.delta.values())
+    accepted = max(saved.get("next_id", 1), log.last_id + 1) - 1
+    counters = Counters(
+        accepted=accepted,
+        duplicates=saved.get("duplicates", 0),
+        capped=saved.get("capped", 0),
+        popped=saved.get("popped", 0),
+        acked=accepted - stored,
+        released=saved.get("released", 0),
+        expired=saved.get("expired", 0),
+    )
+    out = counters.popped - counters.acked - counters.released - counters.expired
+    leased = min(stored, max(0, out))
+    seen = saved.get("seen", 0) + len(log.fingerprints)
+    return stored - leased, leased, seen, counters, busiest
+
+
+def _hosts(db: sqlite3.Connection, log: LogFold, top: int) -> HostList:
+    schema = db.execute("PRAGMA user_version").fetchone()[0]
+    if schema >= 2:
+        rows = db.execute("SELECT name, queued, accepted, ready_at FROM hosts").fetchall()
+        controls = db.execute(
+            "SELECT name, blocked_until, delay, concurrency FROM controls"
+        ).fetchall()
+    else:
+        rows = [
+            (name, queued, 0, ready_at)
+            for name, queued, ready_at in db.execute("SELECT name, queued, ready_at FROM hosts")
+        ]
+        controls = []
     now = time.time()
-    queued = Counter({name: count for name, count, _ in rows})
+    queued = Counter({name: count for name, count, _, _ in rows})
     queued.update(log.delta)
-    accepted = Counter({name: count for name, _, count in rows})
+    accepted = Counter({name: count for name, _, count, _ in rows})
     accepted.update(log.accepted)
+    # Pacing times as the crawl last wrote them (with its acks and flushes).
+    ready_at = {name: at for name, _, _, at in rows}
+    for name, at in log.paced.items():
+        ready_at[name] = max(ready_at.get(name, 0.0), at)
     blocked = {name: until for name, until, _, _ in controls if until is not None and until > now}
     overrides = {
         name: (delay, concurrency)
@@ -261,4 +299,12 @@ def hosts(url: str, *, top: int = 20) -> list[HostCount]:
         if delay is not None or concurrency is not None
     }
     busy = {name: (count, 0) for name, count in queued.items() if count > 0}
-    return host_details(busy, blocked, overrides, lambda name: accepted[name], top, now)
+    return host_details(
+        busy,
+        blocked,
+        overrides,
+        lambda name: accepted[name],
+        top,
+        now,
+        lambda name: (max(0.0, ready_at.get(name, 0.0) - now), False),
+    )

@@ -65,7 +65,7 @@ from typing import Any, NamedTuple, Protocol
 
 from .._request import Request
 
-__all__ = ["Counters", "Entry", "HostCount", "Store", "StoreCounts", "host_details"]
+__all__ = ["Counters", "Entry", "HostCount", "HostList", "Store", "StoreCounts", "host_details"]
 
 #: A validated request ready to store: ``(fingerprint, host, request,
 #: payload)``. ``payload`` is the encoded request for stores that keep bytes
@@ -126,6 +126,32 @@ class HostCount:
     concurrency: int | None = None
     #: Requests of this host ever accepted (what ``max_requests_per_host`` caps).
     accepted: int = 0
+    #: Seconds until its delay since its last pop has passed (0.0: passed).
+    ready_in: float = 0.0
+    #: True when it holds as many leases as its concurrency limit allows.
+    full: bool = False
+
+    @property
+    def state(self) -> str:
+        """What holds it back: "blocked", "full", "paced"; else "ready", or "idle" if empty."""
+        if self.blocked_for:
+            return "blocked"
+        if self.full:
+            return "full"
+        if self.ready_in > 0:
+            return "paced"
+        return "ready" if self.queued else "idle"
+
+
+class HostList(list[HostCount]):
+    """Hosts as `Store.host_counts` lists them, with totals over every host."""
+
+    def __init__(self, hosts: list[HostCount], busy: int, blocked: int) -> None:
+        super().__init__(hosts)
+        #: Hosts holding requests (queued or leased), listed or not.
+        self.busy = busy
+        #: Hosts blocked now, listed or not.
+        self.blocked = blocked
 
 
 class Store(Protocol):
@@ -176,7 +202,7 @@ class Store(Protocol):
         """Return queued, leased and seen counts."""
         ...
 
-    def host_counts(self, limit: int) -> list[HostCount]:
+    def host_counts(self, limit: int) -> HostList:
         """Return up to ``limit`` hosts: the most queued first, then blocked or with a policy."""
         ...
 
@@ -236,13 +262,15 @@ def host_details(
     accepted: Callable[[str], int],
     limit: int,
     now: float,
-) -> list[HostCount]:
+    timing: Callable[[str], tuple[float, bool]] | None = None,
+) -> HostList:
     """Per-host figures for `Store.host_counts`, from a store's maps.
 
     ``hosts`` gives (queued, leased) of the hosts holding requests, busiest
     first in the result; hosts that hold none but are blocked or have a
     policy of their own follow, by name; ``limit`` bounds the whole list.
-    ``blocked`` gives when each block ends, in the clock of ``now``.
+    ``blocked`` gives when each block ends, in the clock of ``now``;
+    ``timing`` a host's (`HostCount.ready_in`, `HostCount.full`), when known.
     """
     busy = sorted(hosts, key=lambda name: (-hosts[name][0], -hosts[name][1], name))
     idle = sorted((blocked.keys() | overrides.keys()) - hosts.keys())
@@ -251,6 +279,7 @@ def host_details(
         queued, leased = hosts.get(name, (0, 0))
         until = blocked.get(name)
         delay, concurrency = overrides.get(name, (None, None))
+        ready_in, full = (0.0, False) if timing is None else timing(name)
         details.append(
             HostCount(
                 name,
@@ -260,6 +289,8 @@ def host_details(
                 delay,
                 concurrency,
                 accepted(name),
+                ready_in,
+                full,
             )
         )
-    return details
+    return HostList(details, len(hosts), len(blocked))

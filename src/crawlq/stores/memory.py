@@ -21,7 +21,7 @@ from .._lease import Lease, new_lease
 from .._policy import Board, LeaseDeadlines, Policy, Slot, order_key
 from .._request import Request
 from .._seen import ExpiringFingerprints, FingerprintSet
-from .base import Counters, Entry, HostCount, StoreCounts, host_details
+from .base import Counters, Entry, HostList, StoreCounts, host_details
 
 __all__ = ["OPTIONS", "MemoryStore", "open_store"]
 
@@ -242,7 +242,7 @@ class MemoryStore:
         )
         return StoreCounts(queued, leased, len(self._seen), counters)
 
-    def host_counts(self, limit: int) -> list[HostCount]:
+    def host_counts(self, limit: int) -> HostList:
         board = self._board
         now = self._clock()
         blocked = board.blocked(now)
@@ -251,7 +251,13 @@ class MemoryStore:
         }
         accepted = self._host_accepted
         return host_details(
-            hosts, blocked, board.overrides, lambda name: accepted.get(name, 0), limit, now
+            hosts,
+            blocked,
+            board.overrides,
+            lambda name: accepted.get(name, 0),
+            limit,
+            now,
+            lambda name: board.timing(name, now),
         )
 
     # -- host controls ----------------------------------------------------------

@@ -100,6 +100,7 @@ OPTIONS: Final = (
 
 _FINISH_CHUNK: Final = 1000
 _FAST_DRAIN: Final = 0.2  # seconds: a batch drained sooner lets the next one grow
+_ACCEPTED_EVERY: Final = 1.0  # seconds a worker may hold its per-host accepted counts
 #: Seconds between two looks at the server's ``evicted_keys``.
 _EVICTION_CHECK: Final = 5.0
 
@@ -177,6 +178,13 @@ class RedisStore(RedisControls):
         self._seen_ttl = policy.seen_ttl
         # add.lua's cap and TTL arguments (set once the crawl's dedup is known).
         self._add_tail = [b"%d" % (policy.max_requests_per_host or 0), b""]
+        # Without a cap, each host's accepted count is for stats only: this
+        # worker adds its own up and sends them once a second (a command per
+        # host per second, not per request); with a cap add.lua counts exactly.
+        self._host_accepted: dict[str, int] | None = (
+            {} if policy.max_requests_per_host is None else None
+        )
+        self._host_accepted_at = time.monotonic()
         # Acks not sent yet: (id, token) pairs and their hosts. They travel in
         # the next call (a prefetch refill, an add), at the latest once
         # ack_delay has passed since the first of them (see `ack`).
@@ -371,7 +379,29 @@ class RedisStore(RedisControls):
             self._waiting, self._waiting_hosts = [], set()
         if rest:
             self._finish_pairs(b"a", rest, hosts, "acking")
-        return [flag == 49 for flag in reply[0]]  # b"1"
+        added = [flag == 49 for flag in reply[0]]  # b"1"
+        counts = self._host_accepted
+        if counts is not None:
+            for entry, new in zip(entries, added, strict=True):
+                if new:
+                    host = entry[1]
+                    counts[host] = counts.get(host, 0) + 1
+            if time.monotonic() - self._host_accepted_at >= _ACCEPTED_EVERY:
+                self._send_host_accepted()
+        return added
+
+    def _send_host_accepted(self) -> None:
+        """Add this worker's per-host accepted counts to the crawl's, in one round trip."""
+        counts = self._host_accepted
+        self._host_accepted_at = time.monotonic()
+        if not counts:
+            return
+        key = self._prefix + b"accepted"
+        self._link.commands(
+            [(b"HINCRBY", key, host.encode(), b"%d" % n) for host, n in counts.items()],
+            "counting accepted requests",
+        )
+        counts.clear()
 
     def pop(self) -> Request | None:
         buffer = self._buffer
@@ -503,6 +533,8 @@ class RedisStore(RedisControls):
                 self._call(b"ack_or_release", 0, True, extra, "closing")
                 self._buffer.clear()
                 self._waiting = []
+            if os.getpid() == self._pid:
+                self._send_host_accepted()
             self._link.command(
                 b"HDEL", self._prefix + b"lease", b"@" + self._owner, doing="closing", retry=False
             )

@@ -61,6 +61,7 @@ _FLUSH_ROWS: Final = 4096  # logged requests and acks held before a flush
 _FLUSH_OPS: Final = 1024  # log rows held before a flush
 _FLUSH_AGE: Final = 0.25  # seconds a log row may wait for a flush
 _INBOX_EVERY: Final = 1.0  # seconds between two looks at the inbox (see _sqlite_controls)
+_TOTALS_EVERY: Final = 1.0  # seconds a writing crawler's counters may go unsaved
 
 
 def open_store(
@@ -187,6 +188,8 @@ class SqliteStore(SqliteControls):
             self._expiries += held
         else:
             self._popped -= held
+        self._saved_totals: dict[str, int] = {}
+        self._totals_at = 0.0
 
     def _acked_total(self) -> int:
         """Requests acked since the job was created: the accepted ones no longer stored."""
@@ -200,6 +203,26 @@ class SqliteStore(SqliteControls):
             "released": self._released,
             "expired": self._expiries,
         }
+
+    def _save_totals(self, now: float) -> None:
+        """Save the counters now if they changed: with a write at least once a second
+        (`_after_write`), so ``crawlq top`` sees pops before the next flush."""
+        self._totals_at = now
+        totals = self._totals()
+        if totals == self._saved_totals:
+            return
+        db = self._db
+        with self._guard:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.executemany(
+                    "INSERT OR REPLACE INTO counters (name, value) VALUES (?, ?)", totals.items()
+                )
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        self._saved_totals = totals
 
     def _forget(self, slot: Slot) -> None:
         del self._hosts[slot.name]
@@ -216,6 +239,8 @@ class SqliteStore(SqliteControls):
             or now - self._log_since >= _FLUSH_AGE
         ):
             self._flush(now)
+        elif now - self._totals_at >= _TOTALS_EVERY:
+            self._save_totals(now)
 
     def _flush(self, now: float) -> None:
         """Apply the log to the tables, then move fresh requests to the index."""
@@ -230,9 +255,9 @@ class SqliteStore(SqliteControls):
                 # The tables must not get back a row whose ack is in memory.
                 log.append(self._db, log.ACK, self._waiting_acks)
                 self._waiting_acks = []
-            host_ids = log.apply(
-                self._db, self._host_ids, paced, self._capped_since, self._totals()
-            )
+            totals = self._totals()
+            host_ids = log.apply(self._db, self._host_ids, paced, self._capped_since, totals)
+        self._saved_totals, self._totals_at = totals, now
         self._capped += self._capped_since
         self._capped_since = 0
         self._host_ids.update(host_ids)
@@ -472,8 +497,10 @@ class SqliteStore(SqliteControls):
 
     def flush(self) -> None:
         self._check_open()
+        now = self._clock()
         if self._waiting_acks:
-            self._write_acks(self._clock())
+            self._write_acks(now)
+        self._save_totals(now)
 
     def _acked(self, row_ids: list[int], now: float) -> None:
         """Update memory after the acks of ``row_ids`` were logged."""

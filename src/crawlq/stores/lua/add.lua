@@ -52,7 +52,7 @@ local function add(keys, args)
   local seq = redis.call('HINCRBY', K_META, 'seq', args[ARG0 + 4]) - COUNT
   local new_seen = 0
   local flags, touched, payloads = {}, {}, {}
-  -- Requests accepted per host in this call; with a cap, each host's count before it.
+  -- With a cap: requests accepted per host in this call, and each host's count before it.
   local accepted, before = {}, {}
   local capped = 0
   local best = nil
@@ -108,8 +108,9 @@ local function add(keys, args)
       end
     end
     if new then
-      accepted[name] = (accepted[name] or 0) + 1
-      n_accepted = n_accepted + 1
+      if CAP > 0 then -- (a table update per request: a fiftieth of an add)
+        accepted[name] = (accepted[name] or 0) + 1
+      end
       seq = seq + 1
       local id
       if LIFO then
@@ -133,6 +134,7 @@ local function add(keys, args)
     end
   end
   if #payloads > 0 then
+    n_accepted = #payloads / 2
     chunked('HSET', K_P, payloads, 2)
   end
   for name, state in pairs(touched) do
@@ -141,30 +143,20 @@ local function add(keys, args)
   if new_seen > 0 then
     redis.call('HINCRBY', K_META, 'seen', int_text(new_seen))
   end
-  -- Each host's accepted count, in two commands however many hosts the
-  -- batch has (a command per host would cost more than the rest of an add).
-  local names = {}
-  for name in pairs(accepted) do
-    names[#names + 1] = name
-  end
-  for first = 1, #names, 1000 do
-    local last = math.min(first + 999, #names)
-    local had
-    if CAP > 0 then
-      had = {}
-      for i = first, last do
-        had[i - first + 1] = before[names[i]]
-      end
-    else
-      had = redis.call('HMGET', K_ACCEPTED, unpack(names, first, last))
-    end
+  -- With a cap, each host's accepted count, exactly: one HSET however many
+  -- hosts the batch has (their counts before it were read above). Without
+  -- one the count is for stats only, and the workers send theirs once a
+  -- second (RedisStore._send_host_accepted): it would cost a command per
+  -- host per call here, a sixth of an add.
+  if CAP > 0 then
     local counts = {}
-    for i = first, last do
-      local name = names[i]
+    for name, count in pairs(accepted) do
       counts[#counts + 1] = name
-      counts[#counts + 1] = int_text((tonumber(had[i - first + 1]) or 0) + accepted[name])
+      counts[#counts + 1] = int_text(before[name] + count)
     end
-    redis.call('HSET', K_ACCEPTED, unpack(counts))
+    if #counts > 0 then
+      chunked('HSET', K_ACCEPTED, counts, 2)
+    end
   end
   if capped > 0 then
     redis.call('HINCRBY', K_META, 'capped', int_text(capped))
