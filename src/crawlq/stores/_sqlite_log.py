@@ -18,6 +18,7 @@ import sqlite3
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any, Final, cast
 
 import msgspec
@@ -146,7 +147,8 @@ def apply(
         )
         db.executemany(
             "INSERT OR IGNORE INTO seen (fingerprint, at) VALUES (?, ?)",
-            sorted(zip(log.fingerprints, log.seen_at, strict=True)),
+            # By fingerprint alone: comparing whole pairs cost 1% of an add.
+            sorted(zip(log.fingerprints, log.seen_at, strict=True), key=itemgetter(0)),
         )
         db.executemany(
             "UPDATE seen SET at = ? WHERE fingerprint = ?",
