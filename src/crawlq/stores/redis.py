@@ -54,8 +54,10 @@ import os
 import secrets
 import socket
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Mapping, Sequence
+from itertools import compress
+from operator import itemgetter
 from typing import Any, Final
 
 from .._errors import StoreError
@@ -101,6 +103,7 @@ OPTIONS: Final = (
 _FINISH_CHUNK: Final = 1000
 _FAST_DRAIN: Final = 0.2  # seconds: a batch drained sooner lets the next one grow
 _ACCEPTED_EVERY: Final = 1.0  # seconds a worker may hold its per-host accepted counts
+_HOST: Final = itemgetter(1)  # an Entry's host
 #: Seconds between two looks at the server's ``evicted_keys``.
 _EVICTION_CHECK: Final = 5.0
 
@@ -181,8 +184,8 @@ class RedisStore(RedisControls):
         # Without a cap, each host's accepted count is for stats only: this
         # worker adds its own up and sends them once a second (a command per
         # host per second, not per request); with a cap add.lua counts exactly.
-        self._host_accepted: dict[str, int] | None = (
-            {} if policy.max_requests_per_host is None else None
+        self._host_accepted: Counter[str] | None = (
+            Counter() if policy.max_requests_per_host is None else None
         )
         self._host_accepted_at = time.monotonic()
         # Acks not sent yet: (id, token) pairs and their hosts. They travel in
@@ -382,10 +385,8 @@ class RedisStore(RedisControls):
         added = [flag == 49 for flag in reply[0]]  # b"1"
         counts = self._host_accepted
         if counts is not None:
-            for entry, new in zip(entries, added, strict=True):
-                if new:
-                    host = entry[1]
-                    counts[host] = counts.get(host, 0) + 1
+            # The hosts of the accepted requests, counted in C.
+            counts.update(map(_HOST, compress(entries, added)))
             if time.monotonic() - self._host_accepted_at >= _ACCEPTED_EVERY:
                 self._send_host_accepted()
         return added
