@@ -28,6 +28,8 @@ CrawlqError
 from __future__ import annotations
 
 import asyncio
+import sys
+from types import ModuleType
 
 __all__ = [
     "ConfigError",
@@ -211,3 +213,18 @@ class WorkerFailed(CrawlqError):
     task's exception. Catch errors per request inside the worker (log, then
     ``task_done`` or ``release``) so that one bad page cannot stop the crawl.
     """
+
+
+def import_extra(name: str, hint: str) -> ModuleType:
+    """Import module ``name`` of an optional extra; raise `ConfigError` with ``hint`` if absent.
+
+    ``hint`` names the extra to install. A module missing inside the package
+    (a broken install of it) is re-raised as it is.
+    """
+    try:
+        __import__(name)  # (the import statement's machinery, hooks included)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] == name.partition(".")[0]:
+            raise ConfigError(hint) from None
+        raise
+    return sys.modules[name]

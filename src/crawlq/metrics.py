@@ -28,7 +28,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Final
 
-from ._errors import ConfigError, CrawlqError
+from ._errors import CrawlqError, import_extra
 from ._frontier import Frontier
 from ._open import store_kind
 from ._watch import Snapshot, read_snapshot
@@ -59,15 +59,10 @@ _COUNTERS: Final = (
 
 
 def _prometheus() -> ModuleType:
-    """Import prometheus_client, or raise `ConfigError` naming the extra."""
-    try:
-        import prometheus_client
-        import prometheus_client.core  # the metric families, used as .core
-    except ModuleNotFoundError as exc:
-        if (exc.name or "").partition(".")[0] == "prometheus_client":
-            raise ConfigError(INSTALL_HINT) from None
-        raise
-    return prometheus_client
+    """Import prometheus_client (and its metric families, ``.core``), or raise `ConfigError`."""
+    prometheus = import_extra("prometheus_client", INSTALL_HINT)
+    import_extra("prometheus_client.core", INSTALL_HINT)
+    return prometheus
 
 
 def crawl_label(url: str) -> str:
@@ -232,11 +227,11 @@ def serve(
     server (``.shutdown()`` stops it). Raises `ConfigError` without the
     ``metrics`` extra.
     """
-    prometheus = _prometheus()
-    registry = prometheus.CollectorRegistry()
-    register(frontier, registry, crawl=crawl, host_series=host_series)
-    server, _ = prometheus.start_http_server(port, addr=addr, registry=registry)
-    return server
+    return _serve(
+        lambda registry: register(frontier, registry, crawl=crawl, host_series=host_series),
+        port,
+        addr,
+    )
 
 
 def serve_url(
@@ -253,10 +248,17 @@ def serve_url(
     call latencies: those are the crawlers'). Checks the URL first, raising
     what ``crawlq inspect`` raises. Returns the HTTP server.
     """
-    prometheus = _prometheus()
+    _prometheus()  # without the extra, say so before reading the crawl
     read_snapshot(url, top=host_series)  # a bad job or URL fails here, typed
-    registry = prometheus.CollectorRegistry()
     label = crawl_label(url) if crawl is None else crawl
-    registry.register(CrawlCollector(lambda: read_snapshot(url, top=host_series), label))
+    collector = CrawlCollector(lambda: read_snapshot(url, top=host_series), label)
+    return _serve(lambda registry: registry.register(collector), port, addr)
+
+
+def _serve(fill: Callable[[Any], object], port: int, addr: str) -> Any:
+    """Start prometheus_client's HTTP exporter of a registry of its own, which ``fill`` fills."""
+    prometheus = _prometheus()
+    registry = prometheus.CollectorRegistry()
+    fill(registry)
     server, _ = prometheus.start_http_server(port, addr=addr, registry=registry)
     return server

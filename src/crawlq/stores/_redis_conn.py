@@ -23,7 +23,13 @@ from importlib import resources
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final
 
-from .._errors import ConfigError, IncompatibleStore, StoreError, StoreFull, StoreUnavailable
+from .._errors import (
+    IncompatibleStore,
+    StoreError,
+    StoreFull,
+    StoreUnavailable,
+    import_extra,
+)
 from ._redis_config import RedisURL
 from .base import Entry
 
@@ -49,13 +55,7 @@ _TRANSIENT_REPLIES: Final = ("LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "READO
 
 def redis_module() -> ModuleType:
     """Import redis-py, or raise `ConfigError` naming the extra to install."""
-    try:
-        import redis
-    except ModuleNotFoundError as exc:
-        if (exc.name or "").partition(".")[0] == "redis":
-            raise ConfigError(INSTALL_HINT) from None
-        raise
-    return redis
+    return import_extra("redis", INSTALL_HINT)
 
 
 # -- one client per URL ------------------------------------------------------------

@@ -26,7 +26,7 @@ from .._errors import ConfigError, CrawlqError, JobLocked, StoreError
 from .._fingerprint import Fingerprinter
 from .._policy import Board
 from ._sqlite_bloom import SeenFilter
-from ._sqlite_file import Guard, translate
+from ._sqlite_file import Guard, transaction, translate
 from ._sqlite_hosts import Host
 from ._sqlite_log import fold
 from .base import HostList, host_details
@@ -211,18 +211,12 @@ class SqliteControls:
         self._check_open()
         self._flush(self._clock())  # every logged fingerprint is in the table now
         db = self._db
-        with self._guard:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                removed = sum(
-                    db.execute("DELETE FROM seen WHERE fingerprint = ?", (fp,)).rowcount
-                    for fp in dict.fromkeys(fingerprints)
-                )
-                db.execute("UPDATE counters SET value = value - ? WHERE name = 'seen'", (removed,))
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
+        with self._guard, transaction(db):
+            removed = sum(
+                db.execute("DELETE FROM seen WHERE fingerprint = ?", (fp,)).rowcount
+                for fp in dict.fromkeys(fingerprints)
+            )
+            db.execute("UPDATE counters SET value = value - ? WHERE name = 'seen'", (removed,))
         self._seen_count -= removed
         return removed
 

@@ -39,6 +39,7 @@ __all__ = [
     "connect",
     "job_path",
     "os_error",
+    "transaction",
     "translate",
 ]
 
@@ -220,6 +221,18 @@ class Guard:
             raise
         if isinstance(error, CorruptStore):
             self.damaged = True
+
+
+@contextlib.contextmanager
+def transaction(db: sqlite3.Connection) -> Iterator[None]:
+    """Run the block in one write transaction (``BEGIN IMMEDIATE``): all of it or nothing."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
 
 
 @contextlib.contextmanager

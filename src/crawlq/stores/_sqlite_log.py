@@ -116,20 +116,19 @@ def apply(
     db: sqlite3.Connection,
     known_hosts: Mapping[str, int],
     ready_at: Mapping[str, float],
-    capped: int = 0,
     totals: Mapping[str, int] | None = None,
 ) -> dict[str, int]:
     """Apply the log to the tables and empty it, in one transaction.
 
     Returns the ids of the hosts it wrote. ``known_hosts`` maps names to ids
     already known; ``ready_at`` gives pacing times to save for hosts known in
-    memory; ``capped`` adds to the count of capped adds and ``totals``
-    replaces counters (`crawlq.Counters` figures kept by the writing process;
-    not logged: statistics). Sorted bulk writes share pages, so the indexed writes cost a
-    fraction of one transaction per logged call.
+    memory; ``totals`` replaces counters (`crawlq.Counters` figures the
+    writing process keeps; not logged: statistics). Sorted bulk writes share
+    pages, so the indexed writes cost a fraction of one transaction per
+    logged call.
     """
     rows = db.execute("SELECT id, data FROM ops ORDER BY id").fetchall()
-    if not rows and not ready_at and not capped and not totals:
+    if not rows and not ready_at and not totals:
         return {}
     log = fold((data,) for _, data in rows)
     paced = dict(ready_at)
@@ -154,8 +153,6 @@ def apply(
             "UPDATE seen SET at = ? WHERE fingerprint = ?",
             [(at, fingerprint) for fingerprint, at in sorted(log.renewed.items())],
         )
-        if capped:
-            db.execute("UPDATE counters SET value = value + ? WHERE name = 'capped'", (capped,))
         if totals:
             db.executemany(
                 "INSERT OR REPLACE INTO counters (name, value) VALUES (?, ?)", totals.items()

@@ -78,8 +78,8 @@ class Counters:
     """What happened to a crawl's requests since it was created, every worker's.
 
     Kept by the store: shared by every process of a Redis crawl, saved in a
-    SQLite job (accepted, acked and capped exactly; the others with each
-    flush, so a killed process loses at most its last fraction of a second),
+    SQLite job (accepted and acked exactly; the others with its writes, at
+    least once a second, so a killed process loses at most its last second),
     one process's in memory. ``popped == acked + released + expired + leased``.
     """
 

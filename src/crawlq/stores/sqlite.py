@@ -45,6 +45,7 @@ from ._sqlite_file import (
     connect,
     job_path,
     os_error,
+    transaction,
     translate,
 )
 from ._sqlite_hosts import Host, Key, Row, load_hosts, revive
@@ -138,11 +139,9 @@ class SqliteStore(SqliteControls):
         counters = dict(db.execute("SELECT name, value FROM counters").fetchall())
         self._seen_count: int = counters["seen"]
         self._next_id: int = counters["next_id"]
-        # Capped adds: stored, and since the last flush (which stores them).
+        # Counters kept by this process and saved with its writes (`_totals`;
+        # accepted and acked come from the ids and rows, exactly: `counts`).
         self._capped: int = counters.get("capped", 0)
-        self._capped_since = 0
-        # Counters kept by this process and saved with each flush (accepted
-        # and acked come from the ids and rows, exactly; see `counts`).
         self._duplicates: int = counters.get("duplicates", 0)
         self._popped: int = counters.get("popped", 0)
         self._released: int = counters.get("released", 0)
@@ -198,6 +197,7 @@ class SqliteStore(SqliteControls):
     def _totals(self) -> dict[str, int]:
         """The counters this process keeps, for the flush to save."""
         return {
+            "capped": self._capped,
             "duplicates": self._duplicates,
             "popped": self._popped,
             "released": self._released,
@@ -212,16 +212,10 @@ class SqliteStore(SqliteControls):
         if totals == self._saved_totals:
             return
         db = self._db
-        with self._guard:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                db.executemany(
-                    "INSERT OR REPLACE INTO counters (name, value) VALUES (?, ?)", totals.items()
-                )
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
+        with self._guard, transaction(db):
+            db.executemany(
+                "INSERT OR REPLACE INTO counters (name, value) VALUES (?, ?)", totals.items()
+            )
         self._saved_totals = totals
 
     def _forget(self, slot: Slot) -> None:
@@ -256,10 +250,8 @@ class SqliteStore(SqliteControls):
                 log.append(self._db, log.ACK, self._waiting_acks)
                 self._waiting_acks = []
             totals = self._totals()
-            host_ids = log.apply(self._db, self._host_ids, paced, self._capped_since, totals)
+            host_ids = log.apply(self._db, self._host_ids, paced, totals)
         self._saved_totals, self._totals_at = totals, now
-        self._capped += self._capped_since
-        self._capped_since = 0
         self._host_ids.update(host_ids)
         for host, key in self._unflushed_acks.values():
             host.hidden.discard(key)
@@ -332,7 +324,7 @@ class SqliteStore(SqliteControls):
                 if cap is not None:
                     batch_accepted[host_name] = batch_accepted.get(host_name, 0) + 1
                 added.append(True)
-            self._capped_since += capped
+            self._capped += capped
             self._duplicates += len(added) - len(items) - capped
             if not items and not acks:
                 return added
@@ -534,7 +526,7 @@ class SqliteStore(SqliteControls):
         counters = Counters(
             accepted=self._next_id - 1,
             duplicates=self._duplicates,
-            capped=self._capped + self._capped_since,
+            capped=self._capped,
             popped=self._popped,
             acked=self._acked_total(),
             released=self._released,
@@ -570,15 +562,9 @@ class SqliteStore(SqliteControls):
         self._check_open()
         encoded = [(key, log.encode(value)) for key, value in state.items()]
         db = self._db
-        with self._guard:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                db.execute("DELETE FROM state")
-                db.executemany("INSERT INTO state (key, value) VALUES (?, ?)", encoded)
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
+        with self._guard, transaction(db):
+            db.execute("DELETE FROM state")
+            db.executemany("INSERT INTO state (key, value) VALUES (?, ?)", encoded)
 
     # -- closing --------------------------------------------------------------
 
