@@ -13,11 +13,11 @@ import crawlq
 
 from ._watched_crawl import Crawl
 
-pytest_plugins = ["tests.redis_server", "tests._terminal"]
+pytest_plugins = ["tests.redis_server", "tests.redis_cluster", "tests._terminal"]
 
 #: Stores the conformance suite runs against; a new store adds its name here
 #: and a branch in `store_url`.
-STORES = ["memory", "sqlite", "redis"]
+STORES = ["memory", "sqlite", "redis", "redis-cluster"]
 
 OpenFrontier = Callable[..., crawlq.Frontier]
 _names = itertools.count()
@@ -34,20 +34,29 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if name == "redis":
         server_url = str(request.getfixturevalue("redis_url"))
         return f"{server_url}?crawl=conformance-{next(_names)}"
+    if name == "redis-cluster":
+        cluster_url = str(request.getfixturevalue("redis_cluster_url"))
+        return f"{cluster_url}?crawl=conformance-{next(_names)}"
     raise AssertionError(f"no URL for store {name!r}")
 
 
 @pytest.fixture
-def open_store(store_url: str) -> Iterator[OpenFrontier]:
+def open_store(store_url: str, request: pytest.FixtureRequest) -> Iterator[OpenFrontier]:
     """Open frontiers on the store under test; all are closed after the test.
 
     Opening twice with the same options reopens the same store (for durable
-    stores), which is how resume is tested.
+    stores), which is how resume is tested. A test marked ``one_shard``
+    checks what a cluster crawl keeps exact only within a shard (order and
+    dedup across hosts): on ``redis-cluster`` it runs on a crawl of one
+    shard; ``tests/redis/test_cluster.py`` tests the same across shards.
     """
     opened: list[crawlq.Frontier] = []
+    defaults: dict[str, Any] = {}
+    if request.node.get_closest_marker("one_shard") and store_url.startswith("redis+cluster"):
+        defaults["shards"] = 1
 
     def open_(**options: Any) -> crawlq.Frontier:
-        frontier = crawlq.open_frontier(store_url, **options)
+        frontier = crawlq.open_frontier(store_url, **{**defaults, **options})
         opened.append(frontier)
         return frontier
 

@@ -60,12 +60,13 @@ class RedisServer:
         appendonly: bool = False,
         password: str | None = None,
         extra: tuple[str, ...] = (),
+        port: int | None = None,
     ) -> None:
         self.directory = directory
         self.appendonly = appendonly
         self.password = password
         self.extra = extra
-        self.port = _free_port()
+        self.port = port or _free_port()
         self.process: subprocess.Popen[bytes] | None = None
         directory.mkdir(parents=True, exist_ok=True)
 

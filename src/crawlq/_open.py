@@ -39,7 +39,7 @@ _StoreFactory = Callable[[str, Policy, Fingerprinter, dict[str, Any]], tuple[Sto
 class StoreKind:
     """What a frontier URL's scheme names: the store, and what it promises."""
 
-    #: The store's name: ``memory``, ``sqlite`` or ``redis``.
+    #: The store's name: ``memory``, ``sqlite``, ``redis`` or ``redis+cluster``.
     name: str
     #: The module that implements it, imported only when used.
     module: str
@@ -59,6 +59,7 @@ _SQLITE: Final = StoreKind(
 _REDIS: Final = StoreKind(
     "redis", "crawlq.stores.redis", True, True, "crawlq.stores._redis_inspect"
 )
+_REDIS_CLUSTER: Final = StoreKind("redis+cluster", "crawlq.stores.redis_cluster", True, True, None)
 # scheme -> its store; "rediss" and "unix" are Redis over TLS and a Unix socket.
 _KINDS: Final = {
     "memory": _MEMORY,
@@ -66,6 +67,8 @@ _KINDS: Final = {
     "redis": _REDIS,
     "rediss": _REDIS,
     "unix": _REDIS,
+    "redis+cluster": _REDIS_CLUSTER,
+    "rediss+cluster": _REDIS_CLUSTER,
 }
 _SCHEME_LIKE: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*")
 
@@ -82,7 +85,7 @@ def store_kind(url: str) -> StoreKind:
     scheme = _scheme(url)
     kind = _KINDS.get(scheme)
     if kind is None:
-        known = ", ".join(f"'{s}://'" for s in ("memory", "sqlite", "redis"))
+        known = ", ".join(f"'{s}://'" for s in ("memory", "sqlite", "redis", "redis+cluster"))
         raise ConfigError(
             f"frontier URL {url!r} has an unknown scheme {scheme!r}; use one of {known} "
             "(or a directory path for a SQLite job)"
@@ -111,7 +114,9 @@ def open_frontier(url: str = "memory://", **options: Any) -> Frontier:
 
     ``memory://`` keeps everything in this process. ``sqlite:///job.db``
     (relative), ``sqlite:////abs/job.db`` (absolute) or a plain directory path
-    opens a durable job; ``redis://host:port/db?crawl=NAME`` a shared one.
+    opens a durable job; ``redis://host:port/db?crawl=NAME`` a shared one,
+    and ``redis+cluster://host:port[,host:port...]/?crawl=NAME`` one sharded
+    by host over a Redis Cluster.
 
     Options shared by every store: ``host_delay`` (seconds between two pops
     for one host, default 0), ``host_concurrency`` (most leased at once per

@@ -99,9 +99,7 @@ def _scan_hosts(link: Link, prefix: bytes) -> dict[str, tuple[int, int, bool, fl
             return leased
 
 
-def host_counts(
-    link: Link, prefix: bytes, limit: int, prefetched: Mapping[str, int]
-) -> HostList:
+def host_counts(link: Link, prefix: bytes, limit: int, prefetched: Mapping[str, int]) -> HostList:
     """Up to ``limit`` hosts: the most queued first, then blocked or with a policy.
 
     ``prefetched`` counts, per host, requests this process leased ahead and has

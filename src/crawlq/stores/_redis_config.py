@@ -1,8 +1,9 @@
 """Configuration of the Redis store: the frontier URL and the store's options.
 
-`parse_url` turns a frontier URL into redis-py connection arguments, a crawl
-name and a display URL without the password; `Settings` checks the Redis
-store's own options. Both raise `ConfigError` before anything connects.
+`parse_url` turns a frontier URL (one server, or a Redis Cluster's seed nodes)
+into redis-py connection arguments, a crawl name and a display URL without
+the password; `Settings` checks the Redis store's own options. Both raise
+`ConfigError` before anything connects.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
@@ -51,11 +52,32 @@ class RedisURL:
     kwargs: dict[str, Any] = field(repr=False)
     #: Strings that must never appear in a message (the password).
     secrets: tuple[str, ...] = field(repr=False, default=())
+    #: A Redis Cluster's seed nodes, (host, port) each; empty for one server.
+    nodes: tuple[tuple[str, int], ...] = ()
+    #: The shard of a cluster crawl these keys belong to; None: the whole crawl.
+    shard: int | None = None
+
+    @property
+    def cluster(self) -> bool:
+        """True for a ``redis+cluster://`` URL."""
+        return bool(self.nodes)
 
     @property
     def prefix(self) -> str:
-        """The key prefix of the crawl; the hash tag keeps a crawl in one cluster slot."""
-        return f"crawlq:{{{self.crawl}}}:"
+        """The key prefix of the crawl (or of one shard of it).
+
+        The hash tag keeps a crawl, or a shard of a cluster crawl, in one
+        cluster slot: ``crawlq:{NAME}:`` and ``crawlq:{NAME:K}:``.
+        """
+        if self.shard is None:
+            return f"crawlq:{{{self.crawl}}}:"
+        return f"crawlq:{{{self.crawl}:{self.shard}}}:"
+
+    def of_shard(self, shard: int, host: str, port: int) -> RedisURL:
+        """This cluster crawl's shard ``shard``, on the node at ``host:port``."""
+        kwargs = {**self.kwargs, "host": host, "port": port}
+        # A unique raw URL: shards never share the per-URL client cache.
+        return replace(self, raw=f"{self.raw}#{shard}", kwargs=kwargs, shard=shard)
 
     def scrub(self, text: str) -> str:
         """Remove the password from a message (a server may echo what it was sent)."""
@@ -65,17 +87,22 @@ class RedisURL:
 
 
 def parse_url(url: str) -> RedisURL:
-    """Parse ``redis://``, ``rediss://`` or ``unix://`` frontier URLs.
+    """Parse ``redis://``, ``rediss://``, ``unix://`` or ``redis+cluster://`` frontier URLs.
 
     ``redis://[user:password@]host[:port][/db][?crawl=NAME]``; ``unix:///path.sock
-    ?db=N&crawl=NAME``. The crawl name defaults to ``default``. Other query
-    parameters are passed to redis-py: socket_timeout, socket_connect_timeout,
-    client_name and the ssl_* settings.
+    ?db=N&crawl=NAME``; ``redis+cluster://[user:password@]host:port[,host:port...]
+    [/][?crawl=NAME]`` (or ``rediss+cluster://``): any nodes of a Redis Cluster
+    as seeds, database 0 only. The crawl name defaults to ``default``. Other
+    query parameters are passed to redis-py: socket_timeout,
+    socket_connect_timeout, client_name and the ssl_* settings.
 
     Raises `ConfigError`, naming the URL without its password, for anything
     else: another scheme, a bad port, database or crawl name, an unknown
     query parameter.
     """
+    scheme_text, sep, rest = url.partition("://")
+    if sep and scheme_text.lower() in ("redis+cluster", "rediss+cluster"):
+        return _parse_cluster_url(url, scheme_text.lower().partition("+")[0], rest)
     scheme_text, colon, rest = url.partition(":")
     if colon and not rest.startswith("//"):
         raise ConfigError(
@@ -175,6 +202,48 @@ def parse_url(url: str) -> RedisURL:
         display += "&" + tail
     secrets = tuple(s for s in (password, parts.password) if s and len(s) >= 3)
     return RedisURL(url, display, crawl, db, kwargs, secrets)
+
+
+def _parse_cluster_url(url: str, scheme: str, rest: str) -> RedisURL:
+    """Parse a ``redis+cluster://`` URL: seed nodes, then as ``redis://`` for the rest."""
+    shown = _mask_raw(url)
+    authority, slash, tail = rest.partition("/")
+    if not slash:
+        authority, question, query = authority.partition("?")
+        tail = question + query
+    userinfo, at, hostports = authority.rpartition("@")
+    nodes: list[tuple[str, int]] = []
+    for item in hostports.split(","):
+        host, colon, port_text = item.strip().rpartition(":")
+        if not colon or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            raise ConfigError(
+                f"frontier URL {shown!r}: {item.strip()!r} is not a host:port; use "
+                "redis+cluster://host:port[,host:port...]/?crawl=NAME"
+            )
+        nodes.append((host.strip("[]"), int(port_text)))
+    path, _, query = tail.partition("?")
+    if path.strip("/") not in ("", "0"):
+        raise ConfigError(
+            f"frontier URL {shown!r}: a Redis Cluster has only database 0; drop "
+            f"'/{path.strip('/')}' from the URL"
+        )
+    # The first seed and the rest of the URL parse as a one-server URL.
+    inner = f"{scheme}://{userinfo}{at}{_host_port(*nodes[0])}/0" + (f"?{query}" if query else "")
+    try:
+        single = parse_url(inner)
+    except ConfigError as exc:
+        raise ConfigError(str(exc).replace(_mask_raw(inner), shown)) from None
+    if single.db != 0:
+        raise ConfigError(f"frontier URL {shown!r}: a Redis Cluster has only database 0")
+    seeds = ",".join(_host_port(host, port) for host, port in nodes)
+    display_user = single.display.partition("://")[2].rpartition("@")
+    user_shown = display_user[0] + "@" if display_user[1] else ""
+    display = f"{scheme}+cluster://{user_shown}{seeds}/?{single.display.partition('?')[2]}"
+    return replace(single, raw=url, display=display, nodes=tuple(nodes))
+
+
+def _host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _mask_raw(url: str) -> str:

@@ -50,7 +50,18 @@ __all__ = [
 INSTALL_HINT: Final = "the Redis store needs redis-py: pip install 'crawlq[redis]'"
 #: Oldest server crawlq's Lua runs on: Redis Functions came with 7.0.
 MIN_SERVER: Final = (7, 0)
-_TRANSIENT_REPLIES: Final = ("LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "READONLY", "CLUSTERDOWN")
+# MOVED and ASK come from a Redis Cluster whose slots moved (a failover, a
+# reshard): a link that can reroute (`Link.reroute`) retries on the new owner.
+_TRANSIENT_REPLIES: Final = (
+    "LOADING",
+    "BUSY",
+    "TRYAGAIN",
+    "MASTERDOWN",
+    "READONLY",
+    "CLUSTERDOWN",
+    "MOVED",
+    "ASK",
+)
 
 
 def redis_module() -> ModuleType:
@@ -234,15 +245,35 @@ class Link:
     Holding one connection (rather than borrowing from the pool per call) and
     sending pre-packed commands halves the cost of a round trip in redis-py.
     Not thread-safe: a store is used from one thread at a time.
+
+    ``reroute`` (a cluster shard's link): called before each retry, it
+    returns the client of the node that serves the link's keys now (after a
+    failover or a reshard moved them), which the link then talks to.
     """
 
-    def __init__(self, location: RedisURL, client: redis.Redis, retry_timeout: float) -> None:
+    def __init__(
+        self,
+        location: RedisURL,
+        client: redis.Redis,
+        retry_timeout: float,
+        reroute: Callable[[], redis.Redis] | None = None,
+    ) -> None:
         self.location = location
         self.client = client
         self.library = library()
         self.retry_timeout = retry_timeout
+        self.reroute = reroute
         self._pid = os.getpid()
         self._conn: Any = None
+
+    def _follow(self) -> None:
+        """Talk to the node that serves this link's keys now, if it moved."""
+        if self.reroute is None:
+            return
+        client = self.reroute()
+        if client is not self.client:
+            self.close()
+            self.client = client
 
     def _connection(self) -> Any:
         if self._conn is None or os.getpid() != self._pid:
@@ -290,6 +321,7 @@ class Link:
                     conn.disconnect()
                 time.sleep(wait)
                 wait = min(wait * 2, 1.0)
+                self._follow()
                 if retried is not None:
                     packed = retried()
 
@@ -319,6 +351,7 @@ class Link:
                     raise translate(exc, self.location, doing) from None
                 time.sleep(wait)
                 wait = min(wait * 2, 1.0)
+                self._follow()
 
     def load_library(self, doing: str) -> None:
         """Load crawlq's function library unless the server already has it."""

@@ -55,7 +55,7 @@ import secrets
 import socket
 import time
 from collections import Counter, deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from itertools import compress
 from operator import itemgetter
 from typing import Any, Final
@@ -153,12 +153,13 @@ class RedisStore(RedisControls):
         policy: Policy,
         fingerprinter: Fingerprinter,
         settings: Settings,
+        reroute: Callable[[], Any] | None = None,
     ) -> None:
         self._location = location
         # Any frontier on the same crawl may finish a lease: the server checks it.
         self.origin = f"{location.display.partition('?')[0]}#{location.prefix}"
         self._prefix = location.prefix.encode()
-        self._link = Link(location, client, settings.retry_timeout)
+        self._link = Link(location, client, settings.retry_timeout, reroute)
         self._functions = {
             name.encode(): function for name, function in self._link.library.function.items()
         }
@@ -412,6 +413,37 @@ class RedisStore(RedisControls):
         if buffer and not self._stale():
             self._popping = True
             return buffer.popleft()[0]
+        buffer = self._fetch()
+        if not buffer:
+            self._popping = False
+            return None
+        self._popping = True
+        return buffer.popleft()[0]
+
+    def peek(self) -> Request | None:
+        """The request `pop` would return now (leased in a batch if need be), kept for `take`.
+
+        For a store that merges several (a cluster crawl's shards): returns
+        None, as `pop` would, when nothing is ready.
+        """
+        buffer = self._buffer
+        if self._waiting and time.monotonic() - self._acks_since >= self._ack_delay:
+            self.flush()
+            buffer = self._buffer
+        if not buffer or self._stale():
+            buffer = self._fetch()
+            if not buffer:
+                self._popping = False
+                return None
+        return buffer[0][0]
+
+    def take(self) -> Request:
+        """Hand out the request `peek` returned."""
+        self._popping = True
+        return self._buffer.popleft()[0]
+
+    def _fetch(self) -> deque[tuple[Request, bytes]]:
+        """Lease a new batch (acks waiting go first, in the same call); return it."""
         # Grow the batch while the caller drains full batches quickly; shrink
         # it when they sit (prefetched requests hold their hosts' slots).
         now = time.monotonic()
@@ -432,11 +464,7 @@ class RedisStore(RedisControls):
             self._call(b"pop", want, True, [], "popping")
         buffer = self._buffer
         self._fetched_full = len(buffer) == want
-        if not buffer:
-            self._popping = False
-            return None
-        self._popping = True
-        return buffer.popleft()[0]
+        return buffer
 
     def _finish(self, mode: bytes, leases: Sequence[object], doing: str) -> None:
         pairs, hosts = _lease_pairs(leases)

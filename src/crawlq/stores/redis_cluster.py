@@ -1,0 +1,396 @@
+"""The Redis Cluster store: one crawl sharded by host across a cluster's primaries.
+
+``redis+cluster://[user:password@]host:port[,host:port...]/?crawl=NAME`` (also
+``rediss+cluster://``): any nodes of the cluster as seeds. A crawl has a
+fixed number of shards (option ``shards``, default 16, fixed when the crawl
+is created and kept in its ``crawlq:{NAME}:cluster`` record). Each shard is
+a crawl of the single-server store under its own hash tag,
+``crawlq:{NAME:K}:``, so all of a shard's keys sit in one slot and its
+functions stay atomic on the node serving it. A request goes to the shard of
+its pacing slot (its host, or ``download_slot``): CRC-32 of the name modulo
+the shard count (`crawlq.stores._redis_cluster.shard_of`).
+
+What is exact, and what is not
+    Per host everything is as on one server, since a host lives in one
+    shard: dedup, delay, concurrency, leases, FIFO/LIFO. Dedup is per shard:
+    two URLs with one fingerprint but different ``download_slot`` values go
+    to two shards and are both accepted (on one server the second is a
+    duplicate). Across shards, one worker merges the shards' prefetched
+    batches: the highest priority among them comes first, so priority order
+    is exact for one worker; among equal priorities the order across shards
+    follows each shard's own numbering (each shard counts its adds), which
+    is close to first-in-first-out but not exact. A shard that had nothing
+    ready is asked again when this worker writes to it, when its next host
+    delay ends, and otherwise every half second (other workers' adds).
+
+Writes
+    An add whose batch spans shards makes one call per shard; the leases it
+    finishes (``add_many(links, ack=page)``) are acked after every child is
+    stored, in the last call when they are all in one shard, so a parent's
+    ack is never durable before its children, as on one server.
+
+Prefetch, acks riding the next write, ``ack_delay``, durability and the
+self-check are those of `crawlq.stores.redis`, per shard. Counts, stats and
+host figures sum the shards.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any, Final
+
+from .._errors import ConfigError, IncompatibleStore, StoreError
+from .._fingerprint import Fingerprinter
+from .._policy import Policy
+from .._request import Request
+from ._redis_cluster import ClusterClient, shard_of
+from ._redis_config import RedisURL, Settings, parse_url
+from ._redis_conn import Link, redis_module
+from .base import Counters, Entry, HostCount, HostList, StoreCounts
+from .redis import OPTIONS as _REDIS_OPTIONS
+from .redis import RedisStore
+
+__all__ = ["OPTIONS", "ClusterStore", "open_store"]
+
+#: Options of the cluster store, besides the common ones.
+OPTIONS: Final = (*_REDIS_OPTIONS, "shards")
+
+_DEFAULT_SHARDS: Final = 16
+_MAX_SHARDS: Final = 1024
+#: Layout version of a cluster crawl's record.
+CLUSTER_FORMAT: Final = 1
+#: Seconds before a shard that had nothing ready is asked again, unless this
+#: worker wrote to it or one of its delays ends sooner: what bounds how late
+#: this worker sees other workers' adds there.
+_POLL: Final = 0.5
+_HOST_CACHE: Final = 100_000  # hosts whose shard is remembered
+
+log = logging.getLogger("crawlq.redis")
+
+
+def open_store(
+    url: str, policy: Policy, fingerprinter: Fingerprinter, options: dict[str, Any]
+) -> tuple[ClusterStore, str]:
+    """Open (creating if new) the cluster crawl a ``redis+cluster://`` URL names.
+
+    Returns the store and its URL with the password masked. Raises
+    `ConfigError` for a bad URL or option, or a missing redis-py;
+    `StoreUnavailable` when no node answers; `StoreError` for wrong
+    credentials, a cluster that does not serve every slot, a primary older
+    than Redis 7.0, or a failed self-check; `IncompatibleStore` for a crawl
+    created with another shard count, ``lifo`` or Bloom settings.
+    """
+    location = parse_url(url)
+    if not location.cluster:
+        raise ConfigError(f"frontier URL {location.display!r} is not a redis+cluster:// URL")
+    options = dict(options)
+    shards = options.pop("shards", None)
+    if shards is not None and (
+        isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= _MAX_SHARDS
+    ):
+        raise ConfigError(f"shards must be an int from 1 to {_MAX_SHARDS}, not {shards!r}")
+    settings = Settings.from_options(options)
+    redis_module()
+    cluster = ClusterClient(location)
+    try:
+        store = ClusterStore(location, cluster, policy, fingerprinter, settings, shards)
+    except BaseException:
+        cluster.close()
+        raise
+    return store, location.display
+
+
+class ClusterStore:
+    """A frontier sharded by host over a Redis Cluster, shared by every process on its URL.
+
+    Use `crawlq.open_frontier` with a ``redis+cluster://`` URL. See the module
+    docstring for what is exact across shards and what is not.
+    """
+
+    needs_payload = True
+    durable = True
+    shared = True
+
+    def __init__(
+        self,
+        location: RedisURL,
+        cluster: ClusterClient,
+        policy: Policy,
+        fingerprinter: Fingerprinter,
+        settings: Settings,
+        shards: int | None,
+    ) -> None:
+        self._location = location
+        self._cluster = cluster
+        self.origin = f"{location.display.partition('?')[0]}#{location.prefix}"
+        cluster.check(settings.retry_timeout)
+        self._count = self._open_record(settings.retry_timeout, shards)
+        if settings.bloom_capacity is not None:
+            # Each shard holds its share of the crawl's fingerprints.
+            share = math.ceil(settings.bloom_capacity / self._count)
+            settings = replace(settings, bloom_capacity=share)
+        self._shards: list[RedisStore] = []
+        try:
+            for k in range(self._count):
+                self._shards.append(self._open_shard(k, policy, fingerprinter, settings))
+        except BaseException:
+            for shard in self._shards:
+                shard.close()
+            raise
+        # When each shard that had nothing ready may be asked again, and when
+        # it said its next request would be ready (monotonic).
+        self._due = [0.0] * self._count
+        self._ready_at = [0.0] * self._count
+        # Which shards had no request queued or leased when last asked.
+        self._idle = [False] * self._count
+        self._where: dict[str | bytes, int] = {}
+
+    def _open_record(self, retry_timeout: float, shards: int | None) -> int:
+        """Create or read the crawl's record; return its shard count."""
+        key = self._location.prefix.encode() + b"cluster"
+        client = self._cluster.node_client(key)[0]
+        link = Link(self._location, client, retry_timeout)
+        doing = "opening the crawl"
+        try:
+            link.command(b"HSETNX", key, b"format", b"%d" % CLUSTER_FORMAT, doing=doing)
+            link.command(
+                b"HSETNX", key, b"shards", b"%d" % (shards or _DEFAULT_SHARDS), doing=doing
+            )
+            stored = link.command(b"HMGET", key, b"format", b"shards", doing=doing)
+        finally:
+            link.close()
+        fmt, count = (v.decode() if isinstance(v, bytes) else "" for v in stored)
+        crawl, where = self._location.crawl, self._location.display
+        if fmt != str(CLUSTER_FORMAT) or not count.isdigit():
+            raise IncompatibleStore(
+                f"crawl {crawl!r} at {where} has a cluster record of format {fmt or '?'}, not "
+                f"crawlq's {CLUSTER_FORMAT}; use another crawl name or upgrade crawlq"
+            )
+        if shards is not None and int(count) != shards:
+            raise IncompatibleStore(
+                f"crawl {crawl!r} at {where} was created with shards={count}; its shard count "
+                f"cannot change: open it with shards={count} (or without shards), or use "
+                "another crawl name",
+                setting="shards",
+            )
+        return int(count)
+
+    def _open_shard(
+        self, k: int, policy: Policy, fingerprinter: Fingerprinter, settings: Settings
+    ) -> RedisStore:
+        meta = self._location.of_shard(k, "", 0).prefix.encode() + b"meta"
+        client, host, port = self._cluster.node_client(meta)
+
+        def reroute() -> Any:
+            return self._cluster.node_client(meta, refresh=True)[0]
+
+        location = self._location.of_shard(k, host, port)
+        shard = RedisStore(location, client, policy, fingerprinter, settings, reroute)
+        # One origin for the whole crawl: a lease's host names its shard.
+        shard.origin = self.origin
+        return shard
+
+    # -- routing -----------------------------------------------------------------
+
+    def _shard_index(self, host: str | bytes) -> int:
+        where = self._where
+        k = where.get(host)
+        if k is None:
+            if len(where) >= _HOST_CACHE:
+                where.clear()
+            name = host.encode() if isinstance(host, str) else host
+            k = where[host] = shard_of(name, self._count)
+        return k
+
+    def _leases_by_shard(self, leases: Sequence[Any]) -> dict[int, list[Any]]:
+        groups: dict[int, list[Any]] = {}
+        for lease in leases:
+            groups.setdefault(self._shard_index(lease[2]), []).append(lease)
+        return groups
+
+    # -- the store protocol ----------------------------------------------------------
+
+    def add(
+        self, entries: Sequence[Entry], finished: Sequence[object] = (), *, lifo: bool | None = None
+    ) -> list[bool]:
+        shards = self._shards
+        groups: dict[int, list[int]] = {}
+        for i, entry in enumerate(entries):
+            groups.setdefault(self._shard_index(entry[1]), []).append(i)
+        done = self._leases_by_shard(finished)
+        for k in groups:
+            self._due[k] = 0.0
+        if len(groups) == 1 and len(done) <= 1 and (not done or done.keys() == groups.keys()):
+            # One shard: the batch and its finished leases in one call, as on one server.
+            k = next(iter(groups))
+            return shards[k].add(entries, finished, lifo=lifo)
+        flags = [False] * len(entries)
+        last = next(iter(done)) if len(done) == 1 else None
+        # Children first, in every shard; the parents' acks only then.
+        for k, indexes in groups.items():
+            if k == last:
+                continue
+            added = shards[k].add([entries[i] for i in indexes], (), lifo=lifo)
+            for i, flag in zip(indexes, added, strict=True):
+                flags[i] = flag
+        for k, leases in done.items():
+            indexes = groups.get(k, []) if k == last else []
+            added = shards[k].add([entries[i] for i in indexes], leases, lifo=lifo)
+            for i, flag in zip(indexes, added, strict=True):
+                flags[i] = flag
+            self._due[k] = 0.0
+        return flags
+
+    def pop(self) -> Request | None:
+        best: Request | None = None
+        best_k = -1
+        best_key: tuple[int, bytes] | None = None
+        now = time.monotonic()
+        due = self._due
+        for k, shard in enumerate(self._shards):
+            if not shard._buffer and due[k] > now:
+                continue
+            head = shard.peek()
+            if head is None:
+                self._asked_empty(k, now)
+                continue
+            # Highest priority first; among equals, the lower id (each
+            # shard's own add order) approximates first in, first out.
+            key = (-head.priority, head._lease[0])  # type: ignore[index]
+            if best_key is None or key < best_key:
+                best, best_k, best_key = head, k, key
+        if best is None:
+            return None
+        return self._shards[best_k].take()
+
+    def _asked_empty(self, k: int, now: float) -> None:
+        """Note when shard ``k``, which had nothing ready, is worth asking again."""
+        wait = self._shards[k].next_ready_in()
+        self._idle[k] = wait is None
+        self._ready_at[k] = now + (wait or 0.0)
+        self._due[k] = now + (_POLL if wait is None else min(wait, _POLL))
+
+    def ack(self, leases: Sequence[object]) -> None:
+        for k, group in self._leases_by_shard(leases).items():
+            self._shards[k].ack(group)
+            # A host at its concurrency limit may be ready again.
+            self._due[k] = 0.0
+
+    def release(self, leases: Sequence[object]) -> None:
+        for k, group in self._leases_by_shard(leases).items():
+            self._shards[k].release(group)
+            self._due[k] = 0.0
+
+    def flush(self) -> None:
+        for shard in self._shards:
+            shard.flush()
+
+    def counts(self) -> StoreCounts:
+        queued = leased = seen = 0
+        totals = [0] * 7
+        for shard in self._shards:
+            counts = shard.counts()
+            queued += counts.queued
+            leased += counts.leased
+            seen += counts.seen
+            c = counts.counters
+            for i, value in enumerate(
+                (c.accepted, c.duplicates, c.capped, c.popped, c.acked, c.released, c.expired)
+            ):
+                totals[i] += value
+        return StoreCounts(queued, leased, seen, Counters(*totals))
+
+    def next_ready_in(self) -> float | None:
+        now = time.monotonic()
+        soonest: float | None = None
+        for k, shard in enumerate(self._shards):
+            if shard._buffer and not shard._stale():
+                return 0.0
+            if self._due[k] <= now:
+                self._asked_empty(k, now)
+            if self._idle[k]:
+                continue
+            wait = max(0.0, self._ready_at[k] - now)
+            soonest = wait if soonest is None else min(soonest, wait)
+        return soonest
+
+    def seen(self, fingerprints: Sequence[bytes]) -> list[bool]:
+        # A fingerprint's shard is its host's, which a fingerprint alone does
+        # not tell: any shard that saw it counts.
+        found = [False] * len(fingerprints)
+        for shard in self._shards:
+            for i, flag in enumerate(shard.seen(fingerprints)):
+                found[i] = found[i] or flag
+        return found
+
+    def forget(self, fingerprints: Sequence[bytes]) -> int:
+        return sum(shard.forget(fingerprints) for shard in self._shards)
+
+    def host_counts(self, limit: int) -> HostList:
+        hosts: list[HostCount] = []
+        busy = blocked = 0
+        for shard in self._shards:
+            listed = shard.host_counts(limit)
+            hosts.extend(listed)
+            busy += listed.busy
+            blocked += listed.blocked
+        # As one store lists them: hosts holding requests, busiest first; then the rest by name.
+        hosts.sort(key=lambda h: (not (h.queued or h.leased), -h.queued, -h.leased, h.host))
+        return HostList(hosts[:limit], busy, blocked)
+
+    def block_host(self, host: str, seconds: float | None) -> None:
+        k = self._shard_index(host)
+        self._shards[k].block_host(host, seconds)
+        self._due[k] = 0.0  # an unblocked host may be ready now
+
+    def set_host_policy(self, host: str, delay: float | None, concurrency: int | None) -> None:
+        k = self._shard_index(host)
+        self._shards[k].set_host_policy(host, delay, concurrency)
+        self._due[k] = 0.0
+
+    def host_policy(self, host: str) -> tuple[float | None, int | None]:
+        return self._shards[self._shard_index(host)].host_policy(host)
+
+    def extra_stats(self) -> dict[str, float]:
+        """Store-specific figures for ``stats()``: prefetch over every shard, and the shard count.
+
+        With Bloom dedup, the fill ratio and false-positive rate are the
+        highest among the shards (each has its share of the capacity).
+        """
+        stats: dict[str, float] = {"prefetched": 0.0, "shards": float(self._count)}
+        for shard in self._shards:
+            for name, value in shard.extra_stats().items():
+                if name == "prefetched":
+                    stats[name] += value
+                elif name == "bloom_capacity":
+                    stats[name] = stats.get(name, 0.0) + value
+                else:
+                    stats[name] = max(stats.get(name, value), value)
+        return stats
+
+    def load_state(self) -> dict[str, Any]:
+        return self._shards[0].load_state()
+
+    def save_state(self, state: Mapping[str, Any]) -> None:
+        self._shards[0].save_state(state)
+
+    def close(self) -> None:
+        """Give back every shard's unserved prefetched requests; shared data stays untouched."""
+        try:
+            errors: list[StoreError] = []
+            for shard in self._shards:
+                try:
+                    shard.close()
+                except StoreError as exc:  # pragma: no cover - RedisStore.close logs its own
+                    errors.append(exc)
+            if errors:
+                raise errors[0]
+        finally:
+            self._cluster.close()
+
+    def __repr__(self) -> str:
+        return f"<ClusterStore {self._location.display} shards={self._count}>"
