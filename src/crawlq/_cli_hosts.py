@@ -60,7 +60,7 @@ def hosts(
     """
     with _clean_errors():
         kind = store_kind(job)
-        if kind.name not in ("sqlite", "redis"):
+        if kind.name not in ("sqlite", "redis", "redis+cluster"):
             raise ConfigError(
                 f"a {kind.name}:// frontier lives inside its process: there are no hosts to "
                 "show; give a job directory, a sqlite:/// or a redis:// URL"
@@ -78,14 +78,24 @@ def hosts(
                 raise ConfigError(f"--{what} needs a host name")
             typer.echo(_change(kind.name, job, what, host, seconds))
         listed = _list(kind.name, job, top)
-    _print_hosts(listed, shared=kind.name == "redis")
+    _print_hosts(listed, shared=kind.name != "sqlite")
+
+
+def _redis_admin(store: str) -> Any:
+    """The module reading and changing a crawl's hosts from outside, for a Redis store."""
+    if store == "redis+cluster":
+        from .stores import _redis_cluster_admin
+
+        return _redis_cluster_admin
+    from .stores import _redis_admin
+
+    return _redis_admin
 
 
 def _change(store: str, job: str, what: str, host: str, seconds: float | None) -> str:
-    if store == "redis":
-        from .stores._redis_admin import change_host
-
-        change_host(job, what, host, seconds)
+    if store in ("redis", "redis+cluster"):
+        redis_admin = _redis_admin(store)
+        redis_admin.change_host(job, what, host, seconds)
         return f"changed {host}: every worker obeys it from its next call"
     from .stores._sqlite_controls import change_host as change_job_host
 
@@ -94,8 +104,8 @@ def _change(store: str, job: str, what: str, host: str, seconds: float | None) -
 
 def _list(store: str, job: str, top: int) -> list[HostCount]:
     module: Any
-    if store == "redis":
-        from .stores import _redis_admin as module
+    if store in ("redis", "redis+cluster"):
+        module = _redis_admin(store)
     else:
         from .stores import _sqlite_inspect as module
     result: list[HostCount] = module.hosts(job, top=top)

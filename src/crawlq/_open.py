@@ -59,7 +59,13 @@ _SQLITE: Final = StoreKind(
 _REDIS: Final = StoreKind(
     "redis", "crawlq.stores.redis", True, True, "crawlq.stores._redis_inspect"
 )
-_REDIS_CLUSTER: Final = StoreKind("redis+cluster", "crawlq.stores.redis_cluster", True, True, None)
+_REDIS_CLUSTER: Final = StoreKind(
+    "redis+cluster",
+    "crawlq.stores.redis_cluster",
+    True,
+    True,
+    "crawlq.stores._redis_cluster_inspect",
+)
 # scheme -> its store; "rediss" and "unix" are Redis over TLS and a Unix socket.
 _KINDS: Final = {
     "memory": _MEMORY,

@@ -56,6 +56,8 @@ def read_snapshot(url: str, *, top: int = 20) -> Snapshot:
     reader: Callable[..., tuple[int, int, int, Counters, HostList]]
     if kind.name == "redis":
         from .stores._redis_admin import snapshot as reader
+    elif kind.name == "redis+cluster":
+        from .stores._redis_cluster_admin import snapshot as reader
     elif kind.name == "sqlite":
         from .stores._sqlite_inspect import snapshot as reader
     else:

@@ -167,7 +167,8 @@ def demo(
 
 def _note_default_crawl(url: str) -> None:
     """Say so when a Redis URL names no crawl: it then means the crawl 'default'."""
-    if store_kind(url).name == "redis" and "crawl=" not in url.partition("?")[2]:
+    redis = store_kind(url).name in ("redis", "redis+cluster")
+    if redis and "crawl=" not in url.partition("?")[2]:
         typer.echo(
             "note: the URL has no ?crawl=NAME, so it means the crawl named 'default'", err=True
         )
@@ -473,10 +474,12 @@ def _parse(lines: list[bytes], fingerprinter: Fingerprinter) -> tuple[list[Reque
 
 @app.command()
 def purge(
-    url: Annotated[str, typer.Argument(help="A redis:// frontier URL with its ?crawl=NAME.")],
+    url: Annotated[
+        str, typer.Argument(help="A redis:// or redis+cluster:// URL with its ?crawl=NAME.")
+    ],
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
 ) -> None:
-    """Delete a shared frontier: every key of one crawl on a Redis server.
+    """Delete a shared frontier: every key of one crawl on a Redis server or cluster.
 
     A worker's close() never deletes shared data; this is the explicit way.
     Other crawls on the same server are left alone. Asks for confirmation
@@ -484,7 +487,7 @@ def purge(
     recreates the keys it touches.
     """
     with _clean_errors():
-        if store_kind(url).name != "redis":
+        if store_kind(url).name not in ("redis", "redis+cluster"):
             raise ConfigError(
                 f"purge deletes a Redis crawl; for a SQLite job ({url}), stop its crawl "
                 "and delete the job directory or file"

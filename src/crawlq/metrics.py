@@ -68,7 +68,7 @@ def _prometheus() -> ModuleType:
 def crawl_label(url: str) -> str:
     """The ``crawl`` label for a frontier URL: a Redis crawl's name, a job directory's name."""
     kind = store_kind(url)
-    if kind.name == "redis":
+    if kind.name in ("redis", "redis+cluster"):
         from .stores._redis_config import parse_url
 
         return parse_url(url).crawl

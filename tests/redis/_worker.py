@@ -21,11 +21,30 @@ from __future__ import annotations
 import argparse
 import random
 import time
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 import redis
 
 import crawlq
+from crawlq.stores._redis_cluster import shard_of
+
+
+def _lease_keys(url: str, crawl: str) -> tuple[Any, Callable[[bytes], str]]:
+    """A client for reading lease deadlines, and the leases key of a lease's host."""
+    if url.startswith("redis+cluster://"):
+        from redis.cluster import ClusterNode, RedisCluster
+
+        seeds = urlsplit(url).netloc.split(",")
+        nodes = [ClusterNode(s.rpartition(":")[0], int(s.rpartition(":")[2])) for s in seeds]
+        shards = int(
+            RedisCluster(startup_nodes=nodes).hget(f"crawlq:{{{crawl}}}:cluster", "shards")
+        )
+        return RedisCluster(startup_nodes=nodes), (
+            lambda host: f"crawlq:{{{crawl}:{shard_of(host, shards)}}}:leases"
+        )
+    return redis.Redis.from_url(url.split("?")[0]), lambda host: f"crawlq:{{{crawl}}}:leases"
 
 
 def main() -> None:
@@ -38,8 +57,7 @@ def main() -> None:
     parser.add_argument("--prefetch", type=int, default=64)
     args = parser.parse_args()
     crawl = dict(p.split("=") for p in urlsplit(args.url).query.split("&"))["crawl"]
-    leases = f"crawlq:{{{crawl}}}:leases"
-    admin = redis.Redis.from_url(args.url.split("?")[0])
+    admin, leases = _lease_keys(args.url, crawl)
     frontier = crawlq.open_frontier(
         args.url,
         host_concurrency=1,
@@ -58,7 +76,8 @@ def main() -> None:
                 time.sleep(0.02)
                 continue
             popped = time.time()
-            deadline = admin.zscore(leases, request._lease[0])  # type: ignore[index]
+            key = leases(request._lease[2])  # type: ignore[index]
+            deadline = admin.zscore(key, request._lease[0])  # type: ignore[index]
             log.write(f"S {request.url} {popped:.6f} {deadline}\n")
             if done == args.hang_after:
                 log.write("HANG\n")

@@ -21,6 +21,7 @@ import pytest
 
 import crawlq
 from crawlq import Request
+from crawlq.stores import _redis_cluster_admin as cluster_admin
 from crawlq.stores import redis as redis_store
 from tests.redis_server import StartServer
 
@@ -42,14 +43,27 @@ def _read(log: Path) -> list[list[str]]:
     return [line.split() for line in log.read_text().splitlines() if line.strip()]
 
 
-@pytest.mark.parametrize("ack_delay", [0.0, 0.5])
-def test_four_workers_one_killed(redis_url: str, tmp_path: Path, ack_delay: float) -> None:
+@pytest.mark.parametrize(
+    ("backend", "ack_delay", "hosts"),
+    [("redis", 0.0, HOSTS), ("redis", 0.5, HOSTS), ("redis-cluster", 0.5, 200)],
+)
+def test_four_workers_one_killed(
+    request: pytest.FixtureRequest, tmp_path: Path, backend: str, ack_delay: float, hosts: int
+) -> None:
     """With ack_delay=0 every request is completed exactly once; with acks that wait
     for the next call, the killed worker's waiting acks are lost too, so what it
-    completed since its last call comes back (at-least-once), and nothing else."""
-    url = f"{redis_url}?crawl=four-workers-{ack_delay}"
-    redis_store.purge(url)
-    urls = [f"https://h{i % HOSTS}.example/{i}" for i in range(REQUESTS)]
+    completed since its last call comes back (at-least-once), and nothing else.
+
+    On a Redis Cluster crawl (16 shards over 3 primaries) the same holds, and
+    each host's concurrency limit is kept across every worker and shard."""
+    if backend == "redis":
+        url = f"{request.getfixturevalue('redis_url')}?crawl=four-workers-{ack_delay}"
+        purge = redis_store.purge
+    else:
+        url = f"{request.getfixturevalue('redis_cluster_url')}?crawl=four-workers-cluster"
+        purge = cluster_admin.purge
+    purge(url)
+    urls = [f"https://h{i % hosts}.example/{i}" for i in range(REQUESTS)]
     with crawlq.open_frontier(url, host_concurrency=1, lease_timeout=LEASE) as seed:
         for first in range(0, REQUESTS, 1000):
             seed.add_many([Request(u) for u in urls[first : first + 1000]])
@@ -121,7 +135,7 @@ def test_four_workers_one_killed(redis_url: str, tmp_path: Path, ack_delay: floa
             finish = next((t for t, w in ends if w == by and t >= popped), lease_end)
             assert finish is not None
             intervals[host].append((popped, finish))
-    assert len(intervals) == HOSTS
+    assert len(intervals) == hosts
     for host, spans in intervals.items():
         spans.sort()
         for (_, end_before), (next_start, _) in itertools.pairwise(spans):
@@ -137,7 +151,7 @@ def test_four_workers_one_killed(redis_url: str, tmp_path: Path, ack_delay: floa
         assert counters.duplicates == 0 and counters.released == 0
         assert counters.expired >= len(again)
         assert counters.popped == REQUESTS + counters.expired
-    redis_store.purge(url)
+    purge(url)
 
 
 def test_a_block_set_by_one_worker_is_obeyed_by_all(redis_url: str, tmp_path: Path) -> None:

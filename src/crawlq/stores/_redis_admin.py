@@ -23,6 +23,7 @@ from .base import Counters, HostCount, HostList, host_details
 
 __all__ = [
     "Inspection",
+    "ShardSummary",
     "change_host",
     "host_counts",
     "host_policy",
@@ -167,6 +168,19 @@ def host_policy(link: Link, prefix: bytes, host: str) -> tuple[float | None, int
 
 
 @dataclass(frozen=True)
+class ShardSummary:
+    """One shard of a Redis Cluster crawl, as ``crawlq inspect`` shows it."""
+
+    #: The shard's number (its keys are ``crawlq:{NAME:K}:*``).
+    shard: int
+    #: The primary serving it, host:port.
+    node: str
+    queued: int
+    leased: int
+    seen: int
+
+
+@dataclass(frozen=True)
 class Inspection:
     """What ``crawlq inspect`` shows about a crawl kept in Redis."""
 
@@ -207,6 +221,8 @@ class Inspection:
     used_memory: int = 0
     #: What happened to the crawl's requests since it was created.
     counters: Counters = field(default_factory=Counters)
+    #: A Redis Cluster crawl's shards (empty for one server), by number.
+    shards: list[ShardSummary] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (hosts as dicts)."""
@@ -234,39 +250,42 @@ def inspect(url: str, *, hosts: int = 20) -> Inspection:
     `StoreError` when the server cannot be read.
     """
     location, link = _open_link(url)
-    prefix = location.prefix.encode()
     try:
-        meta_flat = link.command(b"HGETALL", prefix + b"meta", doing="inspecting")
-        meta = {
-            meta_flat[i].decode(): meta_flat[i + 1].decode() for i in range(0, len(meta_flat), 2)
-        }
-        info = link.command(b"INFO", doing="inspecting").decode()
-        fields = dict(
-            line.split(":", 1) for line in info.splitlines() if ":" in line and line[0] != "#"
-        )
-        bloom_bits = int(meta.get("bloom_bits", "0") or 0)
-        now_s, now_us = link.command(b"TIME", doing="inspecting")
-        now_ms = int(now_s) * 1000 + int(now_us) // 1000
-        leases = prefix + b"leases"
-        replies = link.commands(
-            [
-                (b"ZCARD", leases),
-                (b"ZCOUNT", leases, b"-inf", now_ms),
-                (b"ZRANGE", leases, 0, 0, b"WITHSCORES"),
-                (b"SCARD", prefix + b"seen"),
-                (b"BITCOUNT", prefix + b"bloom"),
-                (b"HLEN", prefix + b"seen_at"),
-            ],
-            "inspecting",
-        )
-        leased, expired, first, seen_set, ones, seen_timed = replies
-        if meta.get("seen_ttl") == "1":
-            seen_set = seen_timed
-        by_owner = _leases_by_owner(link, prefix)
-        every = host_counts(link, prefix, 1 << 62, {})
-        priorities = _priorities(link, prefix, [h.host for h in every if h.queued])
+        return inspect_at(location, link, hosts)
     finally:
         _close_link(location, link)
+
+
+def inspect_at(location: RedisURL, link: Link, hosts: int) -> Inspection:
+    """`inspect` on a link to the server holding the crawl (or one cluster shard)."""
+    prefix = location.prefix.encode()
+    meta_flat = link.command(b"HGETALL", prefix + b"meta", doing="inspecting")
+    meta = {meta_flat[i].decode(): meta_flat[i + 1].decode() for i in range(0, len(meta_flat), 2)}
+    info = link.command(b"INFO", doing="inspecting").decode()
+    fields = dict(
+        line.split(":", 1) for line in info.splitlines() if ":" in line and line[0] != "#"
+    )
+    bloom_bits = int(meta.get("bloom_bits", "0") or 0)
+    now_s, now_us = link.command(b"TIME", doing="inspecting")
+    now_ms = int(now_s) * 1000 + int(now_us) // 1000
+    leases = prefix + b"leases"
+    replies = link.commands(
+        [
+            (b"ZCARD", leases),
+            (b"ZCOUNT", leases, b"-inf", now_ms),
+            (b"ZRANGE", leases, 0, 0, b"WITHSCORES"),
+            (b"SCARD", prefix + b"seen"),
+            (b"BITCOUNT", prefix + b"bloom"),
+            (b"HLEN", prefix + b"seen_at"),
+        ],
+        "inspecting",
+    )
+    leased, expired, first, seen_set, ones, seen_timed = replies
+    if meta.get("seen_ttl") == "1":
+        seen_set = seen_timed
+    by_owner = _leases_by_owner(link, prefix)
+    every = host_counts(link, prefix, 1 << 62, {})
+    priorities = _priorities(link, prefix, [h.host for h in every if h.queued])
     fill = ones / bloom_bits if bloom_bits else None
     hashes = int(meta.get("bloom_hashes", "0") or 0)
     queued, counters = meta_counts(meta, int(leased))
@@ -340,22 +359,26 @@ def purge(url: str) -> int:
     server cannot be reached or refuses.
     """
     location, link = _open_link(url)
+    try:
+        return purge_at(location, link)
+    finally:
+        _close_link(location, link)
+
+
+def purge_at(location: RedisURL, link: Link) -> int:
+    """`purge` on a link to the server holding the crawl (or one cluster shard)."""
     # The crawl name allows no glob characters, so this matches its keys only.
     pattern = location.prefix.encode() + b"*"
     deleted = 0
-    try:
-        cursor = b"0"
-        while True:
-            cursor, keys = link.command(
-                b"SCAN", cursor, b"MATCH", pattern, b"COUNT", _SCAN_COUNT, doing="purging"
-            )
-            if keys:
-                deleted += int(link.command(b"UNLINK", *keys, doing="purging"))
-            if cursor in (b"0", 0):
-                break
-    finally:
-        _close_link(location, link)
-    return deleted
+    cursor = b"0"
+    while True:
+        cursor, keys = link.command(
+            b"SCAN", cursor, b"MATCH", pattern, b"COUNT", _SCAN_COUNT, doing="purging"
+        )
+        if keys:
+            deleted += int(link.command(b"UNLINK", *keys, doing="purging"))
+        if cursor in (b"0", 0):
+            return deleted
 
 
 def hosts(url: str, *, top: int = 20) -> HostList:
@@ -377,32 +400,39 @@ def change_host(url: str, what: str, host: str, seconds: float | None = None) ->
     `StoreError` when there is no such crawl.
     """
     location, link = _open_link(url)
-    prefix = location.prefix.encode()
     try:
-        delay_s, concurrency = link.command(
-            b"HMGET", prefix + b"meta", b"last_host_delay", b"last_host_concurrency",
-            doing="reading the crawl's settings",
-        )  # fmt: skip
-        if delay_s is None:
-            raise StoreError(f"there is no crawl {location.crawl!r} at {location.display}")
-        link.load_library("loading crawlq's functions")
-        head = [b"FCALL", link.library.function["control"], b"1", prefix, what.encode()]
-        pacing = [b"%d" % math.ceil(float(delay_s) * 1_000_000), concurrency or b"0"]
-        args: list[bytes] = []
-        if what == "block":
-            assert seconds is not None
-            args = [b"%d" % math.ceil(seconds * 1000)]
-        elif what == "delay":
-            own = host_policy(link, prefix, host)[1]
-            args = [
-                b"" if seconds is None else b"%d" % math.ceil(seconds * 1000),
-                b"" if own is None else b"%d" % own,
-            ]
-            what_bytes = b"policy"
-            head[-1] = what_bytes
-        link.call(pack([*head, *pacing, host.encode(), *args]), "changing a host")
+        change_host_at(location, link, what, host, seconds)
     finally:
         _close_link(location, link)
+
+
+def change_host_at(
+    location: RedisURL, link: Link, what: str, host: str, seconds: float | None
+) -> None:
+    """`change_host` on a link to the server holding the crawl (or the host's shard)."""
+    prefix = location.prefix.encode()
+    delay_s, concurrency = link.command(
+        b"HMGET", prefix + b"meta", b"last_host_delay", b"last_host_concurrency",
+        doing="reading the crawl's settings",
+    )  # fmt: skip
+    if delay_s is None:
+        raise StoreError(f"there is no crawl {location.crawl!r} at {location.display}")
+    link.load_library("loading crawlq's functions")
+    head = [b"FCALL", link.library.function["control"], b"1", prefix, what.encode()]
+    pacing = [b"%d" % math.ceil(float(delay_s) * 1_000_000), concurrency or b"0"]
+    args: list[bytes] = []
+    if what == "block":
+        assert seconds is not None
+        args = [b"%d" % math.ceil(seconds * 1000)]
+    elif what == "delay":
+        own = host_policy(link, prefix, host)[1]
+        args = [
+            b"" if seconds is None else b"%d" % math.ceil(seconds * 1000),
+            b"" if own is None else b"%d" % own,
+        ]
+        what_bytes = b"policy"
+        head[-1] = what_bytes
+    link.call(pack([*head, *pacing, host.encode(), *args]), "changing a host")
 
 
 def snapshot(url: str, *, top: int = 20) -> tuple[int, int, int, Counters, HostList]:
@@ -414,22 +444,29 @@ def snapshot(url: str, *, top: int = 20) -> tuple[int, int, int, Counters, HostL
     the server cannot be reached.
     """
     location, link = _open_link(url)
-    prefix = location.prefix.encode()
     try:
-        meta_flat, leased, seen_set, seen_timed = link.commands(
-            [
-                (b"HGETALL", prefix + b"meta"),
-                (b"ZCARD", prefix + b"leases"),
-                (b"SCARD", prefix + b"seen"),
-                (b"HLEN", prefix + b"seen_at"),
-            ],
-            "reading the crawl",
-        )
-        if not meta_flat:
-            raise StoreError(f"there is no crawl {location.crawl!r} at {location.display}")
-        busiest = host_counts(link, prefix, top, {})
+        return snapshot_at(location, link, top)
     finally:
         _close_link(location, link)
+
+
+def snapshot_at(
+    location: RedisURL, link: Link, top: int
+) -> tuple[int, int, int, Counters, HostList]:
+    """`snapshot` on a link to the server holding the crawl (or one cluster shard)."""
+    prefix = location.prefix.encode()
+    meta_flat, leased, seen_set, seen_timed = link.commands(
+        [
+            (b"HGETALL", prefix + b"meta"),
+            (b"ZCARD", prefix + b"leases"),
+            (b"SCARD", prefix + b"seen"),
+            (b"HLEN", prefix + b"seen_at"),
+        ],
+        "reading the crawl",
+    )
+    if not meta_flat:
+        raise StoreError(f"there is no crawl {location.crawl!r} at {location.display}")
+    busiest = host_counts(link, prefix, top, {})
     meta = {meta_flat[i].decode(): meta_flat[i + 1].decode() for i in range(0, len(meta_flat), 2)}
     queued, counters = meta_counts(meta, int(leased))
     if int(meta.get("bloom_bits", "0") or 0):

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from .._errors import StoreError
 from .._exchange import HostReport, JobReport
+from ._redis_admin import Inspection
 from ._redis_config import parse_url
 from .redis import inspect as inspect_crawl
 from .redis import purge
 
-__all__ = ["display", "inspect", "purge"]
+__all__ = ["display", "inspect", "purge", "report"]
 
 _PRIORITIES_SHOWN = 20
 
@@ -30,7 +31,14 @@ def inspect(url: str, *, top: int = 10) -> JobReport:
     `StoreError` when no crawl of that name exists, `StoreUnavailable` or
     `StoreError` when the server cannot be read.
     """
-    found = inspect_crawl(url, hosts=top)
+    return report(inspect_crawl(url, hosts=top))
+
+
+def report(found: Inspection) -> JobReport:
+    """The `JobReport` of a Redis crawl's `Inspection` (one server's, or a cluster's).
+
+    Raises `StoreError` when the crawl does not exist.
+    """
     if not found.exists:
         raise StoreError(
             f"no crawl named {found.crawl!r} exists on {found.url}; check the ?crawl=NAME "
@@ -52,6 +60,11 @@ def inspect(url: str, *, top: int = 10) -> JobReport:
         notes.append(
             f"Bloom filter {found.bloom_fill_ratio:.1%} full, estimated false-positive "
             f"rate {found.bloom_false_positive_rate:.2g}"
+        )
+    for shard in found.shards:
+        notes.append(
+            f"shard {shard.shard} on {shard.node}: {shard.queued:,} queued, "
+            f"{shard.leased:,} leased, {shard.seen:,} seen"
         )
     shown = found.priorities[:_PRIORITIES_SHOWN]
     rest = found.priorities[_PRIORITIES_SHOWN:]

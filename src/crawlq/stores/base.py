@@ -65,7 +65,16 @@ from typing import Any, NamedTuple, Protocol
 
 from .._request import Request
 
-__all__ = ["Counters", "Entry", "HostCount", "HostList", "Store", "StoreCounts", "host_details"]
+__all__ = [
+    "Counters",
+    "Entry",
+    "HostCount",
+    "HostList",
+    "Store",
+    "StoreCounts",
+    "host_details",
+    "merge_hosts",
+]
 
 #: A validated request ready to store: ``(fingerprint, host, request,
 #: payload)``. ``payload`` is the encoded request for stores that keep bytes
@@ -98,6 +107,18 @@ class Counters:
     released: int = 0
     #: Leases that ran out (or whose holder was killed): re-deliveries.
     expired: int = 0
+
+    def __add__(self, other: Counters) -> Counters:
+        """Both crawls' (or both shards') counts added up."""
+        return Counters(
+            self.accepted + other.accepted,
+            self.duplicates + other.duplicates,
+            self.capped + other.capped,
+            self.popped + other.popped,
+            self.acked + other.acked,
+            self.released + other.released,
+            self.expired + other.expired,
+        )
 
 
 class StoreCounts(NamedTuple):
@@ -294,3 +315,15 @@ def host_details(
             )
         )
     return HostList(details, len(hosts), len(blocked))
+
+
+def merge_hosts(lists: Sequence[HostList], limit: int) -> HostList:
+    """The hosts of several `HostList` (a cluster crawl's shards) as one, ordered as one.
+
+    Hosts holding requests come first, busiest first; then the others by name.
+    """
+    hosts = [host for listed in lists for host in listed]
+    hosts.sort(key=lambda h: (not (h.queued or h.leased), -h.queued, -h.leased, h.host))
+    return HostList(
+        hosts[:limit], sum(listed.busy for listed in lists), sum(listed.blocked for listed in lists)
+    )

@@ -50,7 +50,7 @@ from .._request import Request
 from ._redis_cluster import ClusterClient, shard_of
 from ._redis_config import RedisURL, Settings, parse_url
 from ._redis_conn import Link, redis_module
-from .base import Counters, Entry, HostCount, HostList, StoreCounts
+from .base import Counters, Entry, HostList, StoreCounts, merge_hosts
 from .redis import OPTIONS as _REDIS_OPTIONS
 from .redis import RedisStore
 
@@ -291,18 +291,14 @@ class ClusterStore:
 
     def counts(self) -> StoreCounts:
         queued = leased = seen = 0
-        totals = [0] * 7
+        counters = Counters()
         for shard in self._shards:
             counts = shard.counts()
             queued += counts.queued
             leased += counts.leased
             seen += counts.seen
-            c = counts.counters
-            for i, value in enumerate(
-                (c.accepted, c.duplicates, c.capped, c.popped, c.acked, c.released, c.expired)
-            ):
-                totals[i] += value
-        return StoreCounts(queued, leased, seen, Counters(*totals))
+            counters += counts.counters
+        return StoreCounts(queued, leased, seen, counters)
 
     def next_ready_in(self) -> float | None:
         now = time.monotonic()
@@ -331,16 +327,7 @@ class ClusterStore:
         return sum(shard.forget(fingerprints) for shard in self._shards)
 
     def host_counts(self, limit: int) -> HostList:
-        hosts: list[HostCount] = []
-        busy = blocked = 0
-        for shard in self._shards:
-            listed = shard.host_counts(limit)
-            hosts.extend(listed)
-            busy += listed.busy
-            blocked += listed.blocked
-        # As one store lists them: hosts holding requests, busiest first; then the rest by name.
-        hosts.sort(key=lambda h: (not (h.queued or h.leased), -h.queued, -h.leased, h.host))
-        return HostList(hosts[:limit], busy, blocked)
+        return merge_hosts([shard.host_counts(limit) for shard in self._shards], limit)
 
     def block_host(self, host: str, seconds: float | None) -> None:
         k = self._shard_index(host)

@@ -1,0 +1,253 @@
+"""The Redis Cluster store on a real cluster: sharding, order across shards, admin, errors.
+
+The conformance suite runs on a cluster crawl too (``redis-cluster`` in
+``STORES``); these test what only a cluster has. They use the session's
+cluster of 3 primaries (``tests.redis_cluster``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections import defaultdict
+from urllib.parse import urlsplit
+
+import pytest
+from redis.cluster import ClusterNode, RedisCluster
+from typer.testing import CliRunner
+
+import crawlq
+from crawlq import Request
+from crawlq.cli import app
+from crawlq.stores import _redis_cluster_admin as admin
+from crawlq.stores._redis_cluster import shard_of
+from crawlq.stores._redis_config import parse_url
+from tests.redis_cluster import RedisCluster as Cluster
+
+_names = itertools.count()
+
+
+def _crawl(cluster_url: str, name: str) -> str:
+    return f"{cluster_url}?crawl={name}-{next(_names)}"
+
+
+def _client(cluster: Cluster) -> RedisCluster:
+    return RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", cluster.servers[0].port)])
+
+
+def _keys_by_node(cluster: Cluster, crawl: str) -> dict[int, list[bytes]]:
+    """Every key of a crawl, by the port of the node holding it."""
+    client = _client(cluster)
+    found: dict[int, list[bytes]] = {}
+    for node in client.get_primaries():
+        keys = list(node.redis_connection.scan_iter(match=f"crawlq:{{{crawl}*".encode()))
+        found[int(node.port)] = keys
+    client.close()
+    return found
+
+
+# -- the URL ---------------------------------------------------------------------------
+
+
+def test_cluster_urls_parse_and_never_show_the_password() -> None:
+    url = parse_url(
+        "redis+cluster://user:s3cret@10.0.0.1:7000,[::1]:7001/?crawl=big&socket_timeout=2"
+    )
+    assert url.nodes == (("10.0.0.1", 7000), ("::1", 7001))
+    assert (
+        url.display
+        == "redis+cluster://user:***@10.0.0.1:7000,[::1]:7001/?crawl=big&socket_timeout=2"
+    )
+    assert url.kwargs["password"] == "s3cret" and url.kwargs["socket_timeout"] == 2.0
+    assert url.prefix == "crawlq:{big}:"
+    assert url.of_shard(5, "10.0.0.2", 7002).prefix == "crawlq:{big:5}:"
+    assert parse_url("rediss+cluster://h:1").kwargs["ssl"] is True
+    for bad, says in [
+        ("redis+cluster://h/?crawl=x", "not a host:port"),
+        ("redis+cluster://h:1/2?crawl=x", "only database 0"),
+        ("redis+cluster://:pw-secret@h:1/?crawl=a:b", "crawl name"),
+        ("redis+cluster://h:1/?crawl=x&nope=1", "unknown parameter"),
+    ]:
+        with pytest.raises(crawlq.ConfigError, match=says) as caught:
+            crawlq.open_frontier(bad)
+        assert "pw-secret" not in str(caught.value)
+    with pytest.raises(crawlq.ConfigError, match="shards must be"):
+        crawlq.open_frontier("redis+cluster://127.0.0.1:1/?crawl=x", shards=0)
+
+
+def test_a_server_that_is_no_cluster_node_is_refused(redis_url: str) -> None:
+    port = urlsplit(redis_url).port
+    with pytest.raises(crawlq.StoreUnavailable, match="cluster-enabled yes"):
+        crawlq.open_frontier(f"redis+cluster://127.0.0.1:{port}/?crawl=x")
+
+
+def test_no_seed_answering_is_unavailable() -> None:
+    with pytest.raises(crawlq.StoreUnavailable, match="cannot reach the Redis Cluster"):
+        crawlq.open_frontier("redis+cluster://:secret-pw@127.0.0.1:1/?crawl=x")
+
+
+# -- sharding --------------------------------------------------------------------------
+
+
+def test_the_shard_count_is_fixed_when_the_crawl_is_created(redis_cluster_url: str) -> None:
+    url = _crawl(redis_cluster_url, "fixed")
+    with crawlq.open_frontier(url, shards=4) as first:
+        assert first.stats().extra["shards"] == 4
+    with crawlq.open_frontier(url) as again:  # adopts the crawl's count
+        assert again.stats().extra["shards"] == 4
+    with pytest.raises(crawlq.IncompatibleStore, match="shards=4") as caught:
+        crawlq.open_frontier(url, shards=8)
+    assert caught.value.setting == "shards"
+    with crawlq.open_frontier(_crawl(redis_cluster_url, "default")) as fresh:
+        assert fresh.stats().extra["shards"] == 16
+
+
+def test_each_host_lives_in_its_shard_and_shards_spread_over_the_primaries(
+    redis_cluster: Cluster, redis_cluster_url: str
+) -> None:
+    url = _crawl(redis_cluster_url, "spread")
+    crawl = parse_url(url).crawl
+    hosts = [f"h{i}.example" for i in range(200)]
+    with crawlq.open_frontier(url) as frontier:
+        frontier.add_many([Request(f"https://{h}/{n}") for h in hosts for n in range(3)])
+        assert len(frontier) == 600
+    by_node = _keys_by_node(redis_cluster, crawl)
+    assert len(by_node) == 3 and all(by_node.values()), "every primary holds some shards"
+    shards_seen: dict[int, set[int]] = defaultdict(set)
+    for port, keys in by_node.items():
+        for key in keys:
+            tag = key.decode().split("{", 1)[1].split("}", 1)[0]
+            if ":" in tag:
+                shards_seen[port].add(int(tag.rsplit(":", 1)[1]))
+            # A host's queue is in its host's shard.
+            if b"}:q:" in key:
+                host = key.decode().split("}:q:", 1)[1]
+                assert tag == f"{crawl}:{shard_of(host.encode(), 16)}"
+    assert set().union(*shards_seen.values()) == set(range(16))
+    assert sum(len(s) for s in shards_seen.values()) == 16  # each shard on one node
+
+
+def test_one_worker_gets_priorities_in_exact_order_across_shards(redis_cluster_url: str) -> None:
+    """Priority order across shards is exact for one worker; FIFO within a host is
+    exact; FIFO across hosts of one priority follows each shard's own numbering."""
+    rng = random.Random(7)
+    url = _crawl(redis_cluster_url, "order")
+    requests = [
+        Request(f"https://h{rng.randrange(300)}.example/{i}", priority=rng.randrange(-10, 11))
+        for i in range(3000)
+    ]
+    with crawlq.open_frontier(url) as frontier:
+        for start in range(0, len(requests), 100):
+            frontier.add_many(requests[start : start + 100])
+        popped = []
+        while (request := frontier.pop()) is not None:
+            popped.append(request)
+            frontier.ack(request)
+    assert sorted(r.url for r in popped) == sorted(r.url for r in requests)
+    priorities = [r.priority for r in popped]
+    assert priorities == sorted(priorities, reverse=True)
+    order = {r.url: i for i, r in enumerate(requests)}
+    per_host: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for request in popped:
+        per_host[(urlsplit(request.url).hostname or "", request.priority)].append(
+            order[request.url]
+        )
+    assert all(ranks == sorted(ranks) for ranks in per_host.values())
+
+
+def test_a_new_higher_priority_request_on_another_shard_comes_next(redis_cluster_url: str) -> None:
+    url = _crawl(redis_cluster_url, "jump")
+    a, b = (
+        "a.example",
+        next(
+            f"b{i}.example"
+            for i in itertools.count()
+            if shard_of(f"b{i}.example".encode(), 16) != shard_of(b"a.example", 16)
+        ),
+    )
+    with crawlq.open_frontier(url) as frontier:
+        frontier.add_many([Request(f"https://{a}/{n}") for n in range(50)])
+        first = frontier.pop()
+        assert first is not None and first.url == f"https://{a}/0"
+        frontier.add(Request(f"https://{b}/urgent", priority=5))
+        assert frontier.pop().url == f"https://{b}/urgent"  # type: ignore[union-attr]
+
+
+def test_dedup_is_per_shard_so_a_fingerprint_in_two_download_slots_is_taken_twice(
+    redis_cluster_url: str,
+) -> None:
+    """Documented: dedup lives in the shard of a request's pacing slot."""
+    one = "slot-0"
+    other = next(
+        f"slot-{i}"
+        for i in itertools.count(1)
+        if shard_of(f"slot-{i}".encode(), 16) != shard_of(one.encode(), 16)
+    )
+    same = next(
+        f"slot-{i}"
+        for i in itertools.count(1)
+        if f"slot-{i}" != one and shard_of(f"slot-{i}".encode(), 16) == shard_of(one.encode(), 16)
+    )
+    with crawlq.open_frontier(_crawl(redis_cluster_url, "dedup")) as frontier:
+        assert frontier.add(Request("https://a.example/x", meta={"download_slot": one}))
+        assert not frontier.add(Request("https://a.example/x", meta={"download_slot": same}))
+        assert frontier.add(Request("https://a.example/x", meta={"download_slot": other}))
+        assert frontier.seen(Request("https://a.example/x"))
+
+
+def test_children_across_shards_are_stored_before_the_parents_ack(redis_cluster_url: str) -> None:
+    url = _crawl(redis_cluster_url, "children")
+    with crawlq.open_frontier(url, ack_delay=0) as frontier:
+        frontier.add(Request("https://parent.example/"))
+        parent = frontier.pop()
+        assert parent is not None
+        children = [Request(f"https://c{i}.example/") for i in range(20)]
+        assert frontier.add_many(children, ack=parent) == [True] * 20
+        stats = frontier.stats()
+        assert (stats.queued, stats.leased, stats.counters.acked) == (20, 0, 1)
+
+
+# -- reading and removing a crawl ------------------------------------------------------
+
+
+def test_inspect_hosts_top_and_purge_cover_every_shard(
+    redis_cluster: Cluster, redis_cluster_url: str
+) -> None:
+    url = _crawl(redis_cluster_url, "admin")
+    crawl = parse_url(url).crawl
+    with crawlq.open_frontier(url, prefetch=1) as frontier:
+        frontier.add_many(
+            [Request(f"https://h{i % 40}.example/{i}", priority=i % 3) for i in range(400)]
+        )
+        held = frontier.pop()
+        assert held is not None
+        found = admin.inspect(url, hosts=5)
+        # Seen from outside, the worker's prefetched requests are leased: one
+        # per shard (all 16 hold some of the 40 hosts), the one popped among them.
+        assert found.exists and (found.queued, found.leased, found.seen) == (384, 16, 400)
+        assert len(found.shards) == 16 and sum(s.queued for s in found.shards) == 384
+        assert all(s.leased == 1 for s in found.shards)
+        assert {s.node for s in found.shards} == {
+            f"127.0.0.1:{p}" for p in redis_cluster.primary_ports()
+        }
+        # The 16 prefetched are the best of each shard: priority 2.
+        assert dict(found.priorities) == {2: 133 - 16, 1: 133, 0: 134}
+        assert found.host_total == 40 and len(found.hosts) == 5
+        queued, leased, seen, counters, busiest = admin.snapshot(url, top=3)
+        assert (queued, leased, seen, counters.accepted) == (384, 16, 400, 400)
+        assert busiest.busy == 40 and len(busiest) == 3
+
+        runner = CliRunner()
+        shown = runner.invoke(app, ["inspect", url])
+        assert shown.exit_code == 0, shown.output
+        assert "shard 15 on 127.0.0.1:" in shown.output and "384" in shown.output
+        blocked = runner.invoke(app, ["hosts", url, "--block", "h1.example", "60"])
+        assert blocked.exit_code == 0, blocked.output
+        assert {h.host for h in frontier.stats(hosts=100).hosts or () if h.blocked_for} == {
+            "h1.example"
+        }
+        frontier.ack(held)
+    gone = CliRunner().invoke(app, ["purge", url, "--yes"])
+    assert gone.exit_code == 0, gone.output
+    assert not any(_keys_by_node(redis_cluster, crawl).values())
+    assert not admin.inspect(url).exists
