@@ -83,12 +83,14 @@ class ClusterClient:
             for node in self.client.get_primaries()
         ]
 
-    def check(self, retry_timeout: float) -> None:
+    def check(self, retry_timeout: float, replicas: int = 0) -> None:
         """Check that the cluster serves every slot and each primary runs Redis 7.0+.
 
-        Loads crawlq's function library on every primary. Raises
+        With ``replicas``, also that each primary has that many replicas
+        connected. Loads crawlq's function library on every primary. Raises
         `StoreUnavailable` for a primary that does not answer, `StoreError`
-        for slots that no node serves or a primary older than Redis 7.0.
+        for slots that no node serves, a primary older than Redis 7.0, or
+        one with fewer replicas.
         """
         where = self.location.display
         for host, port, client in self.primaries():
@@ -112,6 +114,8 @@ class ClusterClient:
                         f"{'.'.join(map(str, version))}; crawlq needs Redis "
                         f"{'.'.join(map(str, MIN_SERVER))} or newer on every primary"
                     )
+                if replicas:
+                    _check_replicas(link, f"{host}:{port}", where, replicas)
                 link.load_library("loading crawlq's functions")
             finally:
                 link.close()
@@ -121,6 +125,21 @@ class ClusterClient:
         # Closing must not mask the outcome that led here.
         with contextlib.suppress(Exception):
             self.client.close()
+
+
+def _check_replicas(link: Link, node: str, where: str, replicas: int) -> None:
+    info = link.command(b"INFO", b"replication", doing="checking the replicas")
+    text = info.decode() if isinstance(info, bytes) else str(info)
+    connected = 0
+    for line in text.splitlines():
+        if line.startswith("connected_slaves:"):
+            connected = int(line.partition(":")[2])
+    if connected < replicas:
+        raise StoreError(
+            f"the primary {node} of {where} has {connected} replica(s) connected; "
+            f"replicas={replicas} makes every write wait for {replicas}: add replicas "
+            "to each primary, or open with a lower replicas="
+        )
 
 
 def _translate(exc: BaseException, location: RedisURL, doing: str) -> StoreError:

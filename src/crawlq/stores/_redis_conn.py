@@ -249,6 +249,13 @@ class Link:
     ``reroute`` (a cluster shard's link): called before each retry, it
     returns the client of the node that serves the link's keys now (after a
     failover or a reshard moved them), which the link then talks to.
+
+    ``replicas`` (a cluster crawl's ``replicas`` option): every `call` is
+    followed, in the same round trip, by ``WAIT replicas``, and returns only
+    once that many replicas have its writes (after a failover, once the new
+    primary has them again); fewer within ``retry_timeout`` raise
+    `StoreUnavailable` (the write happened on the primary, and a failover
+    may lose it).
     """
 
     def __init__(
@@ -257,12 +264,17 @@ class Link:
         client: redis.Redis,
         retry_timeout: float,
         reroute: Callable[[], redis.Redis] | None = None,
+        replicas: int = 0,
     ) -> None:
         self.location = location
         self.client = client
         self.library = library()
         self.retry_timeout = retry_timeout
         self.reroute = reroute
+        self.replicas = replicas
+        # WAIT returns within a second, well inside the socket timeout; a
+        # shortfall is asked again until retry_timeout.
+        self._wait = pack([b"WAIT", b"%d" % replicas, b"1000"])
         self._pid = os.getpid()
         self._conn: Any = None
 
@@ -308,7 +320,24 @@ class Link:
             conn = None
             try:
                 conn = self._connection()
-                return _round_trip(conn, packed)
+                if not self.replicas:
+                    return _round_trip(conn, packed)
+                reply, confirmed = _round_trip(conn, packed + self._wait, 2)
+                if isinstance(reply, Exception):
+                    raise reply
+                while confirmed < self.replicas:
+                    # Fewer replicas than asked for (one failed over and is
+                    # not back yet): wait for them, not for the function again.
+                    if time.monotonic() >= deadline:
+                        raise StoreUnavailable(
+                            f"only {confirmed} of the {self.replicas} replicas asked for "
+                            f"confirmed a write to {self.location.display} while {doing}, "
+                            f"within {self.retry_timeout:g} s; the write happened on the "
+                            "primary, but a failover now may lose it: check the replicas "
+                            "(INFO replication)"
+                        )
+                    confirmed = _round_trip(conn, self._wait)
+                return reply
             except errors.RedisError as exc:
                 if _lost_library(exc) and not reloaded:
                     # A restarted server without persistence forgot the library.
@@ -380,8 +409,11 @@ class Link:
         self._conn = None
 
 
-def _round_trip(conn: Any, packed: bytes) -> Any:
-    """Send one packed command on ``conn`` and read its reply.
+def _round_trip(conn: Any, packed: bytes, replies: int = 1) -> Any:
+    """Send packed commands on ``conn`` and read the reply (or ``replies`` of them, a list).
+
+    With several replies, a failed one is returned in the list (as an
+    exception object), not raised, and every reply is read.
 
     With redis-py's hiredis parser this talks to the connection's socket and
     reader directly, which takes half the client time of
@@ -394,20 +426,31 @@ def _round_trip(conn: Any, packed: bytes) -> Any:
     parser = conn._parser
     reader = getattr(parser, "_reader", None)
     buffer = getattr(parser, "_buffer", None)
+    errors = redis_module().exceptions
     if sock is None or reader is None or type(buffer) is not bytearray:
         conn.send_packed_command((packed,), check_health=False)
-        return conn.read_response()
+        if replies == 1:
+            return conn.read_response()
+        got: list[Any] = []
+        for _ in range(replies):
+            try:
+                got.append(conn.read_response())
+            except errors.ResponseError as exc:
+                got.append(exc)
+        return got
     need_more = _not_enough_data()
-    errors = redis_module().exceptions
     try:
         sock.sendall(packed)
-        reply = reader.gets()
-        while reply is need_more:
-            size = sock.recv_into(buffer)
-            if size == 0:
-                raise errors.ConnectionError("Connection closed by server.")
-            reader.feed(buffer, 0, size)
+        read: list[Any] = []
+        for _ in range(replies):
             reply = reader.gets()
+            while reply is need_more:
+                size = sock.recv_into(buffer)
+                if size == 0:
+                    raise errors.ConnectionError("Connection closed by server.")
+                reader.feed(buffer, 0, size)
+                reply = reader.gets()
+            read.append(reply)
     except errors.RedisError:
         conn.disconnect()
         raise
@@ -421,6 +464,10 @@ def _round_trip(conn: Any, packed: bytes) -> Any:
         # Interrupted between send and reply: the connection is out of step.
         conn.disconnect()
         raise
+    if replies > 1:
+        if any(isinstance(reply, errors.ConnectionError) for reply in read):
+            conn.disconnect()
+        return read
     if isinstance(reply, Exception):
         if isinstance(reply, errors.ConnectionError):
             conn.disconnect()

@@ -154,12 +154,13 @@ class RedisStore(RedisControls):
         fingerprinter: Fingerprinter,
         settings: Settings,
         reroute: Callable[[], Any] | None = None,
+        replicas: int = 0,
     ) -> None:
         self._location = location
         # Any frontier on the same crawl may finish a lease: the server checks it.
         self.origin = f"{location.display.partition('?')[0]}#{location.prefix}"
         self._prefix = location.prefix.encode()
-        self._link = Link(location, client, settings.retry_timeout, reroute)
+        self._link = Link(location, client, settings.retry_timeout, reroute, replicas)
         self._functions = {
             name.encode(): function for name, function in self._link.library.function.items()
         }

@@ -57,7 +57,7 @@ from .redis import RedisStore
 __all__ = ["OPTIONS", "ClusterStore", "open_store"]
 
 #: Options of the cluster store, besides the common ones.
-OPTIONS: Final = (*_REDIS_OPTIONS, "shards")
+OPTIONS: Final = (*_REDIS_OPTIONS, "shards", "replicas")
 
 _DEFAULT_SHARDS: Final = 16
 _MAX_SHARDS: Final = 1024
@@ -68,6 +68,8 @@ CLUSTER_FORMAT: Final = 1
 #: this worker sees other workers' adds there.
 _POLL: Final = 0.5
 _HOST_CACHE: Final = 100_000  # hosts whose shard is remembered
+#: Seconds between two looks at every shard's prefetched batch, known or not.
+_REPEEK: Final = 0.25
 
 log = logging.getLogger("crawlq.redis")
 
@@ -93,11 +95,14 @@ def open_store(
         isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= _MAX_SHARDS
     ):
         raise ConfigError(f"shards must be an int from 1 to {_MAX_SHARDS}, not {shards!r}")
+    replicas = options.pop("replicas", 0)
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or not 0 <= replicas <= 16:
+        raise ConfigError(f"replicas must be an int from 0 to 16, not {replicas!r}")
     settings = Settings.from_options(options)
     redis_module()
     cluster = ClusterClient(location)
     try:
-        store = ClusterStore(location, cluster, policy, fingerprinter, settings, shards)
+        store = ClusterStore(location, cluster, policy, fingerprinter, settings, shards, replicas)
     except BaseException:
         cluster.close()
         raise
@@ -123,11 +128,13 @@ class ClusterStore:
         fingerprinter: Fingerprinter,
         settings: Settings,
         shards: int | None,
+        replicas: int = 0,
     ) -> None:
         self._location = location
         self._cluster = cluster
+        self._replicas = replicas
         self.origin = f"{location.display.partition('?')[0]}#{location.prefix}"
-        cluster.check(settings.retry_timeout)
+        cluster.check(settings.retry_timeout, replicas)
         self._count = self._open_record(settings.retry_timeout, shards)
         if settings.bloom_capacity is not None:
             # Each shard holds its share of the crawl's fingerprints.
@@ -147,6 +154,12 @@ class ClusterStore:
         self._ready_at = [0.0] * self._count
         # Which shards had no request queued or leased when last asked.
         self._idle = [False] * self._count
+        # Each shard's next request as (-priority, id), while known: a shard
+        # is asked (`RedisStore.peek`) again only once this worker took its
+        # head or wrote to it, and every _REPEEK seconds (stale batches, acks
+        # due to be written).
+        self._known: list[tuple[int, bytes] | None] = [None] * self._count
+        self._repeek_at = 0.0
         self._where: dict[str | bytes, int] = {}
 
     def _open_record(self, retry_timeout: float, shards: int | None) -> int:
@@ -189,7 +202,9 @@ class ClusterStore:
             return self._cluster.node_client(meta, refresh=True)[0]
 
         location = self._location.of_shard(k, host, port)
-        shard = RedisStore(location, client, policy, fingerprinter, settings, reroute)
+        shard = RedisStore(
+            location, client, policy, fingerprinter, settings, reroute, self._replicas
+        )
         # One origin for the whole crawl: a lease's host names its shard.
         shard.origin = self.origin
         return shard
@@ -223,7 +238,7 @@ class ClusterStore:
             groups.setdefault(self._shard_index(entry[1]), []).append(i)
         done = self._leases_by_shard(finished)
         for k in groups:
-            self._due[k] = 0.0
+            self._touch(k)
         if len(groups) == 1 and len(done) <= 1 and (not done or done.keys() == groups.keys()):
             # One shard: the batch and its finished leases in one call, as on one server.
             k = next(iter(groups))
@@ -242,30 +257,40 @@ class ClusterStore:
             added = shards[k].add([entries[i] for i in indexes], leases, lifo=lifo)
             for i, flag in zip(indexes, added, strict=True):
                 flags[i] = flag
-            self._due[k] = 0.0
+            self._touch(k)
         return flags
 
     def pop(self) -> Request | None:
-        best: Request | None = None
         best_k = -1
-        best_key: tuple[int, bytes] | None = None
+        best: tuple[int, bytes] | None = None
         now = time.monotonic()
-        due = self._due
-        for k, shard in enumerate(self._shards):
-            if not shard._buffer and due[k] > now:
-                continue
-            head = shard.peek()
-            if head is None:
-                self._asked_empty(k, now)
-                continue
-            # Highest priority first; among equals, the lower id (each
-            # shard's own add order) approximates first in, first out.
-            key = (-head.priority, head._lease[0])  # type: ignore[index]
-            if best_key is None or key < best_key:
-                best, best_k, best_key = head, k, key
+        if now >= self._repeek_at:
+            self._known = [None] * self._count
+            self._repeek_at = now + _REPEEK
+        known, due, shards = self._known, self._due, self._shards
+        for k in range(self._count):
+            key = known[k]
+            if key is None:
+                if due[k] > now:
+                    continue
+                head = shards[k].peek()
+                if head is None:
+                    self._asked_empty(k, now)
+                    continue
+                # Highest priority first; among equals, the lower id (each
+                # shard's own add order) approximates first in, first out.
+                key = known[k] = (-head.priority, head._lease[0])  # type: ignore[index]
+            if best is None or key < best:
+                best, best_k = key, k
         if best is None:
             return None
-        return self._shards[best_k].take()
+        known[best_k] = None
+        return shards[best_k].take()
+
+    def _touch(self, k: int) -> None:
+        """Shard ``k`` changed by this worker: ask it again at the next pop."""
+        self._due[k] = 0.0
+        self._known[k] = None
 
     def _asked_empty(self, k: int, now: float) -> None:
         """Note when shard ``k``, which had nothing ready, is worth asking again."""
@@ -278,12 +303,12 @@ class ClusterStore:
         for k, group in self._leases_by_shard(leases).items():
             self._shards[k].ack(group)
             # A host at its concurrency limit may be ready again.
-            self._due[k] = 0.0
+            self._touch(k)
 
     def release(self, leases: Sequence[object]) -> None:
         for k, group in self._leases_by_shard(leases).items():
             self._shards[k].release(group)
-            self._due[k] = 0.0
+            self._touch(k)
 
     def flush(self) -> None:
         for shard in self._shards:
@@ -332,12 +357,12 @@ class ClusterStore:
     def block_host(self, host: str, seconds: float | None) -> None:
         k = self._shard_index(host)
         self._shards[k].block_host(host, seconds)
-        self._due[k] = 0.0  # an unblocked host may be ready now
+        self._touch(k)  # an unblocked host may be ready now
 
     def set_host_policy(self, host: str, delay: float | None, concurrency: int | None) -> None:
         k = self._shard_index(host)
         self._shards[k].set_host_policy(host, delay, concurrency)
-        self._due[k] = 0.0
+        self._touch(k)
 
     def host_policy(self, host: str) -> tuple[float | None, int | None]:
         return self._shards[self._shard_index(host)].host_policy(host)
