@@ -141,6 +141,7 @@ def test_every_python_block_is_covered() -> None:
         "docs/scrapy.md: Scrapy",
         "docs/stores.md: Durable jobs (SQLite)",
         "docs/stores.md: Redis: many crawler processes, one frontier",
+        "docs/stores.md: Redis Cluster: one crawl over many primaries",
         "docs/watching.md: Counters",
     ], "a new section has Python code: run it in this file"
 
@@ -178,6 +179,23 @@ def test_the_redis_block_runs_against_a_real_server(
     code = code.replace("redis://user:pass@host:6379/0", redis_url)
     namespace = run(f"import crawlq\n{code}", monkeypatch)
     assert isinstance(namespace["frontier"], crawlq.Frontier)
+
+
+def test_the_redis_cluster_block_runs_against_a_real_cluster(
+    redis_cluster_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (code,) = [
+        code
+        for section, code in PYTHON
+        if section.endswith(": Redis Cluster: one crawl over many primaries")
+    ]
+    seeds = "redis+cluster://user:pass@10.0.0.1:7000,10.0.0.2:7000/"
+    assert seeds + "?crawl=shop" in code
+    code = code.replace(seeds, redis_cluster_url).replace("crawl=shop", "crawl=docs-shop")
+    namespace = run(f"import crawlq\n{code}", monkeypatch)
+    assert isinstance(namespace["frontier"], crawlq.Frontier)
+    with crawlq.open_frontier(f"{redis_cluster_url}?crawl=docs-shop") as again:
+        assert again.stats().extra["shards"] == 16  # the default
 
 
 def test_the_scrapy_block_names_the_scheduler(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -322,22 +322,7 @@ class Link:
                 conn = self._connection()
                 if not self.replicas:
                     return _round_trip(conn, packed)
-                reply, confirmed = _round_trip(conn, packed + self._wait, 2)
-                if isinstance(reply, Exception):
-                    raise reply
-                while confirmed < self.replicas:
-                    # Fewer replicas than asked for (one failed over and is
-                    # not back yet): wait for them, not for the function again.
-                    if time.monotonic() >= deadline:
-                        raise StoreUnavailable(
-                            f"only {confirmed} of the {self.replicas} replicas asked for "
-                            f"confirmed a write to {self.location.display} while {doing}, "
-                            f"within {self.retry_timeout:g} s; the write happened on the "
-                            "primary, but a failover now may lose it: check the replicas "
-                            "(INFO replication)"
-                        )
-                    confirmed = _round_trip(conn, self._wait)
-                return reply
+                return self._confirmed(conn, _round_trip(conn, packed + self._wait, 2), doing)
             except errors.RedisError as exc:
                 if _lost_library(exc) and not reloaded:
                     # A restarted server without persistence forgot the library.
@@ -353,6 +338,72 @@ class Link:
                 self._follow()
                 if retried is not None:
                     packed = retried()
+
+    def _confirmed(self, conn: Any, replies: list[Any], doing: str) -> Any:
+        """The reply of a command sent with ``WAIT replicas``, once they confirmed it."""
+        reply, confirmed = replies
+        if isinstance(reply, Exception):
+            raise reply
+        deadline = time.monotonic() + self.retry_timeout
+        while confirmed < self.replicas:
+            # Fewer replicas than asked for (one failed over and is not back
+            # yet): wait for them, not for the function again.
+            if time.monotonic() >= deadline:
+                raise StoreUnavailable(
+                    f"only {confirmed} of the {self.replicas} replicas asked for confirmed a "
+                    f"write to {self.location.display} while {doing}, within "
+                    f"{self.retry_timeout:g} s; the write happened on the primary, but a "
+                    "failover now may lose it: check the replicas (INFO replication)"
+                )
+            confirmed = _round_trip(conn, self._wait)
+        return reply
+
+    def send(self, packed: bytes) -> bool:
+        """Send one packed command without reading its reply; `receive` reads it.
+
+        Lets a caller send to several links (a cluster crawl's shards) before
+        waiting for any. Returns False when sending failed: `receive` then
+        runs the command as `call` would.
+        """
+        errors = redis_module().exceptions
+        try:
+            conn = self._connection()
+            _send_packed(conn, packed + self._wait if self.replicas else packed)
+        except (errors.RedisError, OSError):
+            if self._conn is not None:
+                self._conn.disconnect()
+            return False
+        return True
+
+    def receive(
+        self,
+        packed: bytes,
+        doing: str,
+        *,
+        sent: bool,
+        retried: Callable[[], bytes] | None = None,
+    ) -> Any:
+        """The reply of the command `send` sent (``sent``: what it returned).
+
+        Any failure is handled as `call` handles it: the command is sent
+        again (as ``retried()``) until ``retry_timeout``.
+        """
+        if sent:
+            errors = redis_module().exceptions
+            try:
+                conn = self._connection()
+                replies = _read(conn, 2 if self.replicas else 1)
+                if self.replicas:
+                    return self._confirmed(conn, replies, doing)
+                if isinstance(replies[0], Exception):
+                    raise replies[0]
+                return replies[0]
+            except errors.RedisError as exc:
+                if not (is_transient(exc) or _lost_library(exc)):
+                    raise translate(exc, self.location, doing) from None
+                if self._conn is not None:
+                    self._conn.disconnect()
+        return self.call(retried() if retried is not None else packed, doing, retried=retried)
 
     def command(self, *args: bytes | str | int, doing: str, retry: bool = True) -> Any:
         """Run one plain command (not on the hot path)."""
@@ -422,15 +473,79 @@ def _round_trip(conn: Any, packed: bytes, replies: int = 1) -> Any:
     redis-py's exceptions, as they would, and leave a broken connection
     disconnected.
     """
+    if replies > 1:
+        _send_packed(conn, packed)
+        return _read(conn, replies)
+    # One reply, the hot path: kept inline (each call here is a round trip).
     sock = conn._sock
     parser = conn._parser
     reader = getattr(parser, "_reader", None)
     buffer = getattr(parser, "_buffer", None)
-    errors = redis_module().exceptions
     if sock is None or reader is None or type(buffer) is not bytearray:
         conn.send_packed_command((packed,), check_health=False)
-        if replies == 1:
-            return conn.read_response()
+        return conn.read_response()
+    need_more = _not_enough_data()
+    errors = redis_module().exceptions
+    try:
+        sock.sendall(packed)
+        reply = reader.gets()
+        while reply is need_more:
+            size = sock.recv_into(buffer)
+            if size == 0:
+                raise errors.ConnectionError("Connection closed by server.")
+            reader.feed(buffer, 0, size)
+            reply = reader.gets()
+    except errors.RedisError:
+        conn.disconnect()
+        raise
+    except TimeoutError:
+        conn.disconnect()
+        raise errors.TimeoutError("Timeout reading from socket") from None
+    except OSError as exc:
+        conn.disconnect()
+        raise errors.ConnectionError(f"Error while talking to the server: {exc}") from None
+    except BaseException:
+        # Interrupted between send and reply: the connection is out of step.
+        conn.disconnect()
+        raise
+    if isinstance(reply, Exception):
+        if isinstance(reply, errors.ConnectionError):
+            conn.disconnect()
+        raise reply
+    return reply
+
+
+def _send_packed(conn: Any, packed: bytes) -> None:
+    """Send packed commands on ``conn`` (its socket directly, with hiredis)."""
+    errors = redis_module().exceptions
+    sock = conn._sock
+    if sock is None or getattr(conn._parser, "_reader", None) is None:
+        conn.send_packed_command((packed,), check_health=False)
+        return
+    try:
+        sock.sendall(packed)
+    except TimeoutError:
+        conn.disconnect()
+        raise errors.TimeoutError("Timeout writing to socket") from None
+    except OSError as exc:
+        conn.disconnect()
+        raise errors.ConnectionError(f"Error while talking to the server: {exc}") from None
+    except BaseException:
+        conn.disconnect()
+        raise
+
+
+def _read(conn: Any, replies: int) -> list[Any]:
+    """Read ``replies`` replies from ``conn``; an error reply is returned, not raised.
+
+    A broken connection raises redis-py's exception and is left disconnected.
+    """
+    errors = redis_module().exceptions
+    parser = conn._parser
+    reader = getattr(parser, "_reader", None)
+    buffer = getattr(parser, "_buffer", None)
+    sock = conn._sock
+    if sock is None or reader is None or type(buffer) is not bytearray:
         got: list[Any] = []
         for _ in range(replies):
             try:
@@ -439,9 +554,8 @@ def _round_trip(conn: Any, packed: bytes, replies: int = 1) -> Any:
                 got.append(exc)
         return got
     need_more = _not_enough_data()
+    read: list[Any] = []
     try:
-        sock.sendall(packed)
-        read: list[Any] = []
         for _ in range(replies):
             reply = reader.gets()
             while reply is need_more:
@@ -464,15 +578,9 @@ def _round_trip(conn: Any, packed: bytes, replies: int = 1) -> Any:
         # Interrupted between send and reply: the connection is out of step.
         conn.disconnect()
         raise
-    if replies > 1:
-        if any(isinstance(reply, errors.ConnectionError) for reply in read):
-            conn.disconnect()
-        return read
-    if isinstance(reply, Exception):
-        if isinstance(reply, errors.ConnectionError):
-            conn.disconnect()
-        raise reply
-    return reply
+    if any(isinstance(reply, errors.ConnectionError) for reply in read):
+        conn.disconnect()
+    return read
 
 
 _NOT_ENOUGH_DATA: Any = None

@@ -109,6 +109,16 @@ _EVICTION_CHECK: Final = 5.0
 
 log = logging.getLogger("crawlq.redis")
 
+#: A call packed (and maybe sent) by `RedisStore._call_start`: its packed
+#: command, how to pack its retry, what it does, its key prefix (None: the
+#: store's own), whether prefetched requests were held, and whether it was
+#: sent (None: not tried, `Link.call` sends it).
+_Pending = tuple[bytes, Callable[[], bytes], str, "bytes | None", bool, "bool | None"]
+#: An add begun by `RedisStore.add_start`: its call, its entries, whether it
+#: carried the acks waiting, the finished leases for later calls, and the
+#: hosts of those leases.
+_PendingAdd = tuple[_Pending, Sequence[Entry], bool, list[bytes], set[bytes]]
+
 
 def open_store(
     url: str, policy: Policy, fingerprinter: Fingerprinter, options: dict[str, Any]
@@ -279,6 +289,19 @@ class RedisStore(RedisControls):
         doing: str,
         prefix: bytes | None = None,
     ) -> list[Any]:
+        return self._call_end(self._call_start(function, refill, force, extra, doing, prefix))
+
+    def _call_start(
+        self,
+        function: bytes,
+        refill: int,
+        force: bool,
+        extra: Sequence[bytes],
+        doing: str,
+        prefix: bytes | None = None,
+        send: bool = False,
+    ) -> _Pending:
+        """Pack a call (and with ``send``, send it now); `_call_end` gets its reply."""
         if os.getpid() != self._pid:
             # A forked copy: the parent owns the prefetched leases.
             self._new_owner()
@@ -323,12 +346,22 @@ class RedisStore(RedisControls):
             # The function then checks whether its first run completed.
             return start + pack_args([b"r" + number]) + rest
 
+        packed = start + pack_args([number]) + rest
+        sent = self._link.send(packed) if send else None
+        return packed, retried, doing, prefix, bool(buffer), sent
+
+    def _call_end(self, pending: _Pending) -> list[Any]:
+        """The reply of a call `_call_start` packed (or sent), its leases taken."""
+        packed, retried, doing, prefix, buffered, sent = pending
         try:
-            packed = start + pack_args([number]) + rest
-            reply: list[Any] = self._link.call(packed, doing, retried=retried)
+            reply: list[Any]
+            if sent is None:
+                reply = self._link.call(packed, doing, retried=retried)
+            else:
+                reply = self._link.receive(packed, doing, sent=sent, retried=retried)
         except StoreError:
             if prefix is None:
-                if buffer:
+                if buffered:
                     self._suspect = True
                 if self._lost is None:
                     self._lost = self._calls
@@ -336,7 +369,7 @@ class RedisStore(RedisControls):
         if prefix is None:
             self._suspect = False
             self._lost = None
-        if prefix is None and (reply[1] or (not buffer and len(reply) > 2)):
+        if prefix is None and (reply[1] or (not buffered and len(reply) > 2)):
             self._take(reply)
         return reply
 
@@ -359,6 +392,20 @@ class RedisStore(RedisControls):
     def add(
         self, entries: Sequence[Entry], finished: Sequence[object] = (), *, lifo: bool | None = None
     ) -> list[bool]:
+        return self.add_end(self.add_start(entries, finished, lifo))
+
+    def add_start(
+        self,
+        entries: Sequence[Entry],
+        finished: Sequence[object] = (),
+        lifo: bool | None = None,
+        send: bool = False,
+    ) -> _PendingAdd:
+        """`add`, up to sending its call (with ``send``); `add_end` finishes it.
+
+        A store that spreads one batch over several (a cluster crawl's
+        shards) sends every part before it waits for any reply.
+        """
         buffer = self._buffer
         if lifo is None:
             lifo = self._lifo
@@ -379,8 +426,14 @@ class RedisStore(RedisControls):
         # request leased in this same call.
         force = bool(buffer) and (self._stale() or any(h in hosts for _, h in buffer))
         refill = len(buffer) if buffer else int(self._popping and bool(pairs))
-        reply = self._call(b"add", refill, force, extra, "adding")
-        if waiting:
+        pending = self._call_start(b"add", refill, force, extra, "adding", None, send)
+        return pending, entries, bool(waiting), rest, hosts
+
+    def add_end(self, started: _PendingAdd) -> list[bool]:
+        """The outcome of an add `add_start` began (False marks a duplicate)."""
+        pending, entries, waited, rest, hosts = started
+        reply = self._call_end(pending)
+        if waited:
             self._waiting, self._waiting_hosts = [], set()
         if rest:
             self._finish_pairs(b"a", rest, hosts, "acking")

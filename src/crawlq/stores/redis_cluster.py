@@ -245,20 +245,60 @@ class ClusterStore:
             return shards[k].add(entries, finished, lifo=lifo)
         flags = [False] * len(entries)
         last = next(iter(done)) if len(done) == 1 else None
-        # Children first, in every shard; the parents' acks only then.
-        for k, indexes in groups.items():
-            if k == last:
-                continue
-            added = shards[k].add([entries[i] for i in indexes], (), lifo=lifo)
-            for i, flag in zip(indexes, added, strict=True):
-                flags[i] = flag
-        for k, leases in done.items():
-            indexes = groups.get(k, []) if k == last else []
+        # Children first, in every shard at once; the parents' acks only then.
+        self._scatter(
+            [(k, indexes, ()) for k, indexes in groups.items() if k != last],
+            entries,
+            flags,
+            lifo,
+        )
+        if done:
+            self._scatter(
+                [(k, groups.get(k, []) if k == last else [], leases) for k, leases in done.items()],
+                entries,
+                flags,
+                lifo,
+            )
+            for k in done:
+                self._touch(k)
+        return flags
+
+    def _scatter(
+        self,
+        parts: list[tuple[int, list[int], Sequence[object]]],
+        entries: Sequence[Entry],
+        flags: list[bool],
+        lifo: bool | None,
+    ) -> None:
+        """Add each part (shard, indexes of its entries, leases it finishes) to its shard.
+
+        Every part's call is sent before any reply is read, so the shards
+        (on several nodes) work at once; their outcomes go into ``flags``.
+        Every reply is read even when one fails, then the first failure is
+        raised.
+        """
+        shards = self._shards
+        if len(parts) == 1:
+            k, indexes, leases = parts[0]
             added = shards[k].add([entries[i] for i in indexes], leases, lifo=lifo)
             for i, flag in zip(indexes, added, strict=True):
                 flags[i] = flag
-            self._touch(k)
-        return flags
+            return
+        started = [
+            shards[k].add_start([entries[i] for i in indexes], leases, lifo, send=True)
+            for k, indexes, leases in parts
+        ]
+        failure: StoreError | None = None
+        for (k, indexes, _), one in zip(parts, started, strict=True):
+            try:
+                added = shards[k].add_end(one)
+            except StoreError as exc:
+                failure = failure or exc
+                continue
+            for i, flag in zip(indexes, added, strict=True):
+                flags[i] = flag
+        if failure is not None:
+            raise failure
 
     def pop(self) -> Request | None:
         best_k = -1
