@@ -267,16 +267,17 @@ def test_bloom_dedup(url: str) -> None:
     assert redis_store.inspect(url).dedup == "bloom"
 
 
-def test_exact_dedup_keeps_16_raw_bytes(url: str, redis_url: str) -> None:
+def test_exact_dedup_keeps_12_raw_bytes_per_fingerprint(url: str, redis_url: str) -> None:
     import redis
 
     with crawlq.open_frontier(url) as frontier:
         frontier.add(Request("https://a.example/"))
+        fingerprint = frontier.fingerprinter.fingerprint(Request("https://a.example/"))
     client = redis.Redis.from_url(redis_url)
     crawl = url.rsplit("=", 1)[1]
-    members = client.smembers(f"crawlq:{{{crawl}}}:seen")
+    bucket = client.hgetall(f"crawlq:{{{crawl}}}:s:0")
     client.close()
-    assert [len(m) for m in members] == [16]
+    assert bucket == {fingerprint[:12]: b""}
 
 
 def test_no_pickle_in_redis(url: str, redis_url: str) -> None:
@@ -320,11 +321,15 @@ def test_finished_requests_leave_nothing_behind_but_their_fingerprints(
     keys = {key.decode() for key in client.scan_iter(f"crawlq:{{{crawl}}}:*")}
     payloads = client.hlen(f"crawlq:{{{crawl}}}:p")
     assert payloads == 0
-    names = {key.rsplit(":", 1)[1] for key in keys}
+    names = {key.removeprefix(f"crawlq:{{{crawl}}}:") for key in keys}
     # No queue, payload, lease deadline or ready host is left; "lease" may
     # keep this worker's last outcome (for a retried call), "hosts" pacing,
-    # "accepted" one count per host (max_requests_per_host, stats).
-    assert {"meta", "seen", "accepted"} <= names <= {"meta", "seen", "hosts", "lease", "accepted"}
+    # "accepted" one count per host (max_requests_per_host, stats); the 50
+    # fingerprints are in two dedup buckets (48 each before a split).
+    buckets = {"s:0", "s:1"}
+    assert (
+        {"meta", "accepted"} | buckets <= names <= {"meta", "hosts", "lease", "accepted"} | buckets
+    )
     accepted = client.hgetall(f"crawlq:{{{crawl}}}:accepted")
     client.close()
     assert accepted == {f"h{i}.example".encode(): b"17" if i < 2 else b"16" for i in range(3)}

@@ -281,8 +281,6 @@ def inspect_at(location: RedisURL, link: Link, hosts: int) -> Inspection:
         "inspecting",
     )
     leased, expired, first, seen_set, ones, seen_timed = replies
-    if meta.get("seen_ttl") == "1":
-        seen_set = seen_timed
     by_owner = _leases_by_owner(link, prefix)
     every = host_counts(link, prefix, 1 << 62, {})
     priorities = _priorities(link, prefix, [h.host for h in every if h.queued])
@@ -305,7 +303,7 @@ def inspect_at(location: RedisURL, link: Link, hosts: int) -> Inspection:
         expired_leases=int(expired),
         next_lease_deadline_in=(max(0.0, (float(first[1]) - now_ms) / 1000) if first else None),
         leases_by_owner=by_owner,
-        seen=int(meta.get("seen", "0") or 0) if bloom_bits else int(seen_set),
+        seen=_seen(meta, int(seen_set), int(seen_timed)),
         dedup="bloom" if bloom_bits else "timed" if meta.get("seen_ttl") == "1" else "exact",
         bloom_fill_ratio=fill,
         bloom_false_positive_rate=fill**hashes if fill is not None else None,
@@ -469,8 +467,15 @@ def snapshot_at(
     busiest = host_counts(link, prefix, top, {})
     meta = {meta_flat[i].decode(): meta_flat[i + 1].decode() for i in range(0, len(meta_flat), 2)}
     queued, counters = meta_counts(meta, int(leased))
+    return queued, int(leased), _seen(meta, int(seen_set), int(seen_timed)), counters, busiest
+
+
+def _seen(meta: Mapping[str, str], set_size: int, timed_size: int) -> int:
+    """Fingerprints a crawl holds, by its dedup: Bloom, timed, buckets, or an older set."""
     if int(meta.get("bloom_bits", "0") or 0):
-        seen = int(meta.get("seen", "0") or 0)
-    else:
-        seen = int(seen_timed if meta.get("seen_ttl") == "1" else seen_set)
-    return queued, int(leased), seen, counters, busiest
+        return int(meta.get("seen", "0") or 0)  # insertions that set a new bit
+    if meta.get("seen_ttl") == "1":
+        return timed_size
+    if "sl" in meta:
+        return int(meta.get("ns", "0") or 0)
+    return set_size

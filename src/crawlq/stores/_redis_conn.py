@@ -196,6 +196,7 @@ class Library:
         "histogram": ("histogram", "no-writes"),
         "open": ("open", "allow-oom"),
         "state": ("save_state", "allow-oom"),
+        "forget": ("forget", "allow-oom"),
     }
 
     def __init__(self) -> None:

@@ -89,11 +89,18 @@ class RedisControls:
                 f"crawl {self._location.crawl!r} dedups with a Bloom filter, which cannot "
                 "remove a fingerprint: forget() needs exact dedup"
             )
-        key, command = (b"seen_at", b"HDEL") if self._dedup.timed else (b"seen", b"SREM")
         removed = 0
         for i in range(0, len(fingerprints), _CHUNK):
             chunk = fingerprints[i : i + _CHUNK]
-            removed += int(
-                self._link.command(command, self._prefix + key, *chunk, doing="forgetting")
-            )
+            if self._dedup.timed:
+                reply = self._link.command(
+                    b"HDEL", self._prefix + b"seen_at", *chunk, doing="forgetting"
+                )
+            else:
+                # Buckets (or an older crawl's set): the function finds them.
+                function = self._functions[b"forget"]
+                reply = self._link.call(
+                    pack([b"FCALL", function, b"1", self._prefix, *chunk]), "forgetting"
+                )
+            removed += int(reply)
         return removed

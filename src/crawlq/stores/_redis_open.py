@@ -20,9 +20,11 @@ from ._redis_memory import evicting, eviction_refused, memory_fields
 __all__ = ["FORMAT", "Dedup", "check_server", "open_crawl"]
 
 #: Layout version of a crawl's keys, stored in its meta hash. Opening a
-#: crawl of format 3 upgrades it in place (open.lua): format 4 keeps the
-#: queue's size as counters, which crawlq before 4 would not read.
-FORMAT: Final = 4
+#: crawl of format 3 or 4 upgrades it in place (open.lua): format 4 keeps the
+#: queue's size as counters, which crawlq before 4 would not read; format 5
+#: keeps exact dedup in buckets (an upgraded crawl keeps its `seen` set),
+#: which crawlq before 5 would not read.
+FORMAT: Final = 5
 
 log = logging.getLogger("crawlq.redis")
 

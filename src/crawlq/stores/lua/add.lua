@@ -16,7 +16,7 @@ local function seen_now(fingerprint, bloom_bits, bloom_hashes, ttl)
     return at ~= false and (ttl == 0 or now() - tonumber(at) < ttl)
   end
   if bloom_bits == 0 then
-    return redis.call('SISMEMBER', K_SEEN, fingerprint) == 1
+    return seen_has(fingerprint)
   end
   local h1, h2 = struct.unpack('>I4I4', fingerprint)
   local ops = {}
@@ -83,7 +83,7 @@ local function add(keys, args)
           redis.call('HSET', K_SEEN_AT, fingerprint, string.format('%d', math.floor(now())))
         end
       elseif BLOOM_BITS == 0 then
-        new = redis.call('SADD', K_SEEN, fingerprint) == 1
+        new = seen_add(fingerprint)
       else
         -- Kirsch-Mitzenmacher: bit j is (h1 + j * h2) mod m. SET returns the
         -- old bits, so one BITFIELD call checks and sets atomically; the
@@ -143,6 +143,7 @@ local function add(keys, args)
   if new_seen > 0 then
     redis.call('HINCRBY', K_META, 'seen', int_text(new_seen))
   end
+  seen_save()
   -- With a cap, each host's accepted count, exactly: one HSET however many
   -- hosts the batch has (their counts before it were read above). Without
   -- one the count is for stats only, and the workers send theirs once a

@@ -12,7 +12,10 @@
 --                    and queued (the count before format 4, else 0: the
 --                    queue's size is queued + accepted - popped + released +
 --                    expired), seq0 (seq before format 4)
---   seen     set     16-byte fingerprints (exact dedup)
+--   seen     set     16-byte fingerprints (exact dedup of a crawl created
+--                    before format 5; newer ones use s:B)
+--   s:B      hash    exact dedup since format 5: fingerprints in buckets
+--                    (see "Exact dedup" below); meta keeps sl, sp, ns
 --   bloom    string  Bloom filter bits (Bloom dedup)
 --   q:HOST   zset    queued requests of one host but its head (the first in
 --                    order, kept in its host record, so a pop costs one
@@ -71,7 +74,7 @@ local FLAG_R, FLAG_D, FLAG_I = 82, 68, 73
 -- The context of the current call, set by begin(). Functions run one at a
 -- time, so these library-level variables are never shared between calls.
 local ARGS, P, K_META, K_SEEN, K_BLOOM, K_HOSTS, K_READY, K_DELAYED
-local K_LEASES, K_LEASE, K_Q, K_P, K_ACCEPTED, K_SEEN_AT, K_BLOCKS, K_POLICY
+local K_LEASES, K_LEASE, K_Q, K_P, K_ACCEPTED, K_SEEN_AT, K_BLOCKS, K_POLICY, K_SEEN_B
 -- The crawl's per-host policies (see host_policies), or false if none.
 local HOST_POLICY
 local OWNER, RETRY, CALL, LEASE_MS, DELAY_MS, CONCURRENCY, REFILL, WORST, FORCE, NBUF, ARG0
@@ -131,6 +134,8 @@ local KEY_NAMES_MADE = 0
 -- load, kept current by control(), so pacing without host policies costs
 -- one table lookup per call.
 local POLICIES = {}
+-- The exact dedup's bucket state of the current call (see seen_state).
+local SEEN
 
 local function set_keys(prefix)
   P = prefix
@@ -138,7 +143,7 @@ local function set_keys(prefix)
   if names == nil then
     names = { P .. 'meta', P .. 'seen', P .. 'bloom', P .. 'hosts', P .. 'ready',
       P .. 'delayed', P .. 'leases', P .. 'lease', P .. 'q:', P .. 'p', P .. 'accepted',
-      P .. 'seen_at', P .. 'blocks', P .. 'policy' }
+      P .. 'seen_at', P .. 'blocks', P .. 'policy', P .. 's:' }
     KEY_NAMES_MADE = KEY_NAMES_MADE + 1
     if KEY_NAMES_MADE > 10000 then -- self-checks' scratch crawls add up
       KEY_NAMES, KEY_NAMES_MADE, POLICIES = {}, 1, {}
@@ -146,7 +151,8 @@ local function set_keys(prefix)
     KEY_NAMES[P] = names
   end
   K_META, K_SEEN, K_BLOOM, K_HOSTS, K_READY, K_DELAYED, K_LEASES, K_LEASE, K_Q, K_P,
-    K_ACCEPTED, K_SEEN_AT, K_BLOCKS, K_POLICY = unpack(names)
+    K_ACCEPTED, K_SEEN_AT, K_BLOCKS, K_POLICY, K_SEEN_B = unpack(names)
+  SEEN = nil
   local policies = POLICIES[P]
   if policies == nil then
     policies = {}
@@ -270,6 +276,124 @@ end
 local function parse_lease(record)
   local token, score, set, name = string.match(record, '^(%S+) (%S+) (%d+) (.*)$')
   return token, score, tonumber(set), name
+end
+
+-- Exact dedup (format 5). Fingerprints sit in small hashes, "buckets"
+-- (s:B), which Redis keeps listpack-encoded while they hold at most
+-- hash-max-listpack-entries (128 by default): a field of a fingerprint's
+-- first 12 bytes (96 bits decide a duplicate) and an empty value, about 16
+-- bytes each, where a set of 16-byte members costs 79. Buckets are found by
+-- linear hashing on the first 4 bytes, x: with level L and split pointer S
+-- (meta sl, sp), the bucket is x mod 2^L, or x mod 2^(L+1) when that is
+-- below S. Once the count (meta ns) passes SEEN_LOAD per bucket, bucket S
+-- splits in two by x mod 2^(L+1) and S moves on (L grows when S reaches
+-- 2^L), so a bucket holds about SEEN_LOAD fingerprints (twice that at most,
+-- on average, just before its split) whatever the crawl's size, and a
+-- lookup is one HEXISTS on a listpack.
+local SEEN_LOAD = 48
+
+-- The bucket state {level, split, count, changed} of the crawl, read once
+-- per call; false for a crawl from before format 5 (its `seen` set).
+local function seen_state()
+  if SEEN == nil then
+    local m = redis.call('HMGET', K_META, 'sl', 'sp', 'ns')
+    if m[1] then
+      SEEN = { tonumber(m[1]), tonumber(m[2]), tonumber(m[3]), false }
+    else
+      SEEN = false
+    end
+  end
+  return SEEN
+end
+
+local function seen_bucket(state, fingerprint)
+  local x = struct.unpack('>I4', fingerprint)
+  local b = x % 2 ^ state[1]
+  if b < state[2] then
+    b = x % 2 ^ (state[1] + 1)
+  end
+  return K_SEEN_B .. string.format('%d', b)
+end
+
+-- Split bucket S: the fingerprints whose bit L of x is set move to S + 2^L.
+local function seen_split(state)
+  local level, split = state[1], state[2]
+  local high = 2 ^ level
+  local old = K_SEEN_B .. string.format('%d', split)
+  local moving, fields = {}, {}
+  for _, field in ipairs(redis.call('HKEYS', old)) do
+    if struct.unpack('>I4', field) % (2 * high) >= high then
+      moving[#moving + 1] = field
+      fields[#fields + 1] = field
+      fields[#fields + 1] = ''
+    end
+  end
+  if #moving > 0 then
+    chunked('HSET', K_SEEN_B .. string.format('%d', split + high), fields, 2)
+    chunked('HDEL', old, moving, 1)
+  end
+  split = split + 1
+  if split >= high then
+    level, split = level + 1, 0
+  end
+  state[1], state[2], state[4] = level, split, true
+end
+
+-- Record a fingerprint as seen; true if it was not (exact dedup).
+local function seen_add(fingerprint)
+  local state = seen_state()
+  if not state then
+    return redis.call('SADD', K_SEEN, fingerprint) == 1
+  end
+  local field = string.sub(fingerprint, 1, 12)
+  if redis.call('HSETNX', seen_bucket(state, fingerprint), field, '') == 0 then
+    return false
+  end
+  state[3], state[4] = state[3] + 1, true
+  while state[3] > SEEN_LOAD * (2 ^ state[1] + state[2]) do
+    seen_split(state)
+  end
+  return true
+end
+
+-- Whether a fingerprint was recorded (exact dedup), without recording it.
+local function seen_has(fingerprint)
+  local state = seen_state()
+  if not state then
+    return redis.call('SISMEMBER', K_SEEN, fingerprint) == 1
+  end
+  return redis.call('HEXISTS', seen_bucket(state, fingerprint), string.sub(fingerprint, 1, 12)) == 1
+end
+
+-- Drop a fingerprint from the exact seen set; true if it was there.
+local function seen_remove(fingerprint)
+  local state = seen_state()
+  if not state then
+    return redis.call('SREM', K_SEEN, fingerprint) == 1
+  end
+  if redis.call('HDEL', seen_bucket(state, fingerprint), string.sub(fingerprint, 1, 12)) == 0 then
+    return false
+  end
+  state[3], state[4] = state[3] - 1, true
+  return true
+end
+
+-- Write back what seen_add, seen_split and seen_remove changed.
+local function seen_save()
+  if SEEN and SEEN[4] then
+    redis.call('HSET', K_META, 'sl', string.format('%d', SEEN[1]), 'sp',
+      string.format('%d', SEEN[2]), 'ns', string.format('%d', SEEN[3]))
+    SEEN[4] = false
+  end
+end
+
+-- How many fingerprints the exact dedup holds.
+local function seen_count()
+  local state = seen_state()
+  if not state then
+    return redis.call('SCARD', K_SEEN)
+  end
+  return state[3]
 end
 
 -- The state of a host, read once per script and written back by save().

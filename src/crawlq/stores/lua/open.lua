@@ -13,11 +13,23 @@ local function open(keys, args)
     redis.call('HSET', meta, 'format', args[1], 'lifo', args[2], 'bloom_bits', args[3],
       'bloom_hashes', args[4], 'bloom_capacity', args[5], 'bloom_error_rate', args[6],
       'seen_ttl', args[7], 'created', time[1], 'seq', 0, 'queued', 0, 'seen', 0)
-  elseif args[1] == '4' and redis.call('HGET', meta, 'format') == '3' then
-    -- Format 3 kept the queue's size in `queued`, which format 4 leaves as
-    -- it is (the base its counters move from); seq0 makes duplicates count
-    -- from here. Same keys otherwise: the upgrade is this.
-    redis.call('HSET', meta, 'format', '4', 'seq0', redis.call('HGET', meta, 'seq') or '0')
+    if args[3] == '0' and args[7] ~= '1' then
+      -- Exact dedup in buckets (lib.lua): one bucket to start with.
+      redis.call('HSET', meta, 'sl', 0, 'sp', 0, 'ns', 0)
+    end
+  elseif args[1] == '5' then
+    local was = redis.call('HGET', meta, 'format')
+    if was == '3' then
+      -- Format 3 kept the queue's size in `queued`, which format 4 leaves
+      -- as it is (the base its counters move from); seq0 makes duplicates
+      -- count from here.
+      redis.call('HSET', meta, 'seq0', redis.call('HGET', meta, 'seq') or '0')
+    end
+    if was == '3' or was == '4' then
+      -- Format 5 keeps an older crawl's `seen` set (no sl in meta): the
+      -- rest of the keys are the same, so the upgrade is this.
+      redis.call('HSET', meta, 'format', '5')
+    end
   end
   if #args > 7 then
     redis.call('HSET', meta, unpack(args, 8))

@@ -2,7 +2,7 @@
 -- args[1] = 'counts': returns {queued, leased, seen, accepted, duplicates,
 --   capped, popped, released, expired} (crawlq.Counters); args[2] is
 --   'bloom' when seen is counted in meta, 'timed' when by `seen_at` (seen_ttl),
---   else by the exact set.
+--   else by the exact dedup (its buckets' count, or the `seen` set's size).
 -- args[1] = 'wait': microseconds until a pop may lease something: 0 now, -1
 --   when nothing is queued or leased (only an add can make a request ready).
 -- args[1] = 'seen', args[2] = 'bloom', 'exact' or 'timed', args[3] Bloom
@@ -21,9 +21,8 @@ local function seen(P, args)
     return out
   end
   if args[2] ~= 'bloom' then
-    local found = redis.call('SMISMEMBER', P .. 'seen', unpack(args, 5))
-    for i, one in ipairs(found) do
-      out[i] = one
+    for i = 5, #args do
+      out[#out + 1] = seen_has(args[i]) and 1 or 0
     end
     return out
   end
@@ -49,6 +48,7 @@ end
 
 local function read(keys, args)
   local P = keys[1]
+  set_keys(P)
   if args[1] == 'seen' then
     return seen(P, args)
   end
@@ -66,7 +66,7 @@ local function read(keys, args)
     elseif args[2] == 'timed' then
       seen = redis.call('HLEN', P .. 'seen_at')
     else
-      seen = redis.call('SCARD', P .. 'seen')
+      seen = seen_count()
     end
     -- Counters: accepted, duplicates (every request offered was accepted,
     -- capped or a duplicate), capped, popped, released, expired.
@@ -94,4 +94,19 @@ local function read(keys, args)
     return 0 -- queued yet filed nowhere: let a pop sort it out
   end
   return math.max(0, math.ceil((soonest - now) * 1000))
+end
+
+-- forget: drop fingerprints from the exact dedup (the buckets, or the `seen`
+-- set of a crawl from before format 5). keys[1] = "crawlq:{NAME}:", args:
+-- 16-byte fingerprints. Returns how many were there.
+local function forget(keys, args)
+  set_keys(keys[1])
+  local removed = 0
+  for i = 1, #args do
+    if seen_remove(args[i]) then
+      removed = removed + 1
+    end
+  end
+  seen_save()
+  return removed
 end
