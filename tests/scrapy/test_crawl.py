@@ -9,6 +9,8 @@ from typing import Any
 
 import scrapy
 
+from crawlq.stores import _redis_cluster_admin
+
 from ._site import ServedSite
 from .conftest import CONCURRENT_REQUESTS, SCHEDULER, Result
 
@@ -135,3 +137,19 @@ def test_a_job_locked_by_a_running_crawl_stops_the_second_at_start(
     finally:
         holder.close()
     assert_stopped_at_start(result, site, "CRAWLQ_URL", "locked by pid")
+
+
+def test_a_crawl_on_a_redis_cluster_fetches_every_page_once(
+    site: ServedSite, make_crawl: Any, redis_cluster_url: str
+) -> None:
+    """The drop-in scheduler over a crawl sharded by host over a real 3-primary cluster."""
+    url = f"{redis_cluster_url}?crawl=scrapy-site-{id(site)}"
+    result = make_crawl({"SCHEDULER": SCHEDULER, "CRAWLQ_URL": url}).run()
+    assert_finished(result)
+    assert_exactly_once(site)
+    pages = len(site.expected())
+    assert result.stats["crawlq/acked"] == pages
+    found = _redis_cluster_admin.inspect(url)
+    assert (found.queued, found.leased, found.seen) == (0, 0, pages)
+    assert sum(1 for shard in found.shards if shard.seen) > 1  # spread over shards
+    _redis_cluster_admin.purge(url)
