@@ -46,9 +46,9 @@ def open_store(store_url: str, request: pytest.FixtureRequest) -> Iterator[OpenF
 
     Opening twice with the same options reopens the same store (for durable
     stores), which is how resume is tested. A test marked ``one_shard``
-    checks what a cluster crawl keeps exact only within a shard (order and
-    dedup across hosts): on ``redis-cluster`` it runs on a crawl of one
-    shard; ``tests/redis/test_cluster.py`` tests the same across shards.
+    checks dedup across pacing slots, which a cluster crawl keeps per shard:
+    on ``redis-cluster`` it runs on a crawl of one shard, and
+    ``tests/redis/test_cluster.py`` tests what 16 shards do instead.
     """
     opened: list[crawlq.Frontier] = []
     defaults: dict[str, Any] = {}

@@ -86,7 +86,6 @@ async def test_get_waits_for_the_host_delay_without_spinning(make: Make) -> None
         assert pops <= 3, f"get() polled the frontier {pops} times while waiting"
 
 
-@pytest.mark.one_shard
 async def test_waiting_getters_are_served_in_order(make: Make) -> None:
     async with make() as scheduler:
         getters = [asyncio.create_task(scheduler.get()) for _ in range(3)]
@@ -277,7 +276,6 @@ async def test_task_done_of_foreign_request_is_a_lease_error(make: Make) -> None
             scheduler.task_done(Request("https://a.example/"))
 
 
-@pytest.mark.one_shard
 async def test_stats_is_a_frozen_snapshot_with_hosts_on_request(make: Make) -> None:
     async with make() as scheduler:
         await scheduler.add_many([Request("https://a.example/1"), Request("https://a.example/2")])

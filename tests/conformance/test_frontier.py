@@ -155,7 +155,6 @@ def test_add_rejects_non_requests(open_store: OpenFrontier) -> None:
 # test_order_with_acks_waiting_is_priority_then_fifo_per_host.
 
 
-@pytest.mark.one_shard
 def test_higher_priority_first_then_fifo_across_hosts(open_store: OpenFrontier) -> None:
     frontier = open_store(ack_delay=0)
     frontier.add_many(
@@ -178,7 +177,6 @@ def test_higher_priority_first_then_fifo_across_hosts(open_store: OpenFrontier) 
     ]
 
 
-@pytest.mark.one_shard
 def test_lifo_within_a_priority(open_store: OpenFrontier) -> None:
     frontier = open_store(lifo=True)
     for i in range(4):
@@ -297,7 +295,6 @@ def test_host_delay_holds_a_host_but_not_others(open_store: OpenFrontier) -> Non
     assert time.monotonic() - start >= delay * 0.99
 
 
-@pytest.mark.one_shard
 def test_host_concurrency_limits_leases_per_host(open_store: OpenFrontier) -> None:
     frontier = open_store(host_concurrency=2)
     frontier.add_many([Request(f"https://a.example/{i}") for i in range(4)])
@@ -315,7 +312,6 @@ def test_host_concurrency_limits_leases_per_host(open_store: OpenFrontier) -> No
     assert frontier.pop() is None
 
 
-@pytest.mark.one_shard
 def test_download_slot_overrides_the_host(open_store: OpenFrontier) -> None:
     frontier = open_store(host_concurrency=1)
     frontier.add_many(
@@ -396,7 +392,6 @@ def test_counts_follow_the_lifecycle(open_store: OpenFrontier) -> None:
     assert (stats.queued, stats.leased, stats.seen, len(frontier)) == (2, 0, 3, 2)
 
 
-@pytest.mark.one_shard
 def test_ack_many_and_release_many(open_store: OpenFrontier) -> None:
     frontier = open_store()
     frontier.add_many([Request(f"https://h{i}.example/") for i in range(4)])
@@ -456,7 +451,6 @@ def test_stats_never_show_a_password(open_store: OpenFrontier) -> None:
     assert frontier.url == frontier.stats().store
 
 
-@pytest.mark.one_shard
 def test_many_hosts_drain_completely_in_priority_order(open_store: OpenFrontier) -> None:
     frontier = open_store(ack_delay=0)
     batch = [
@@ -649,7 +643,6 @@ def test_skipping_never_hides_a_wrong_type_or_option(open_store: OpenFrontier) -
     assert len(frontier) == 0
 
 
-@pytest.mark.one_shard
 def test_links_from_a_page_go_in_with_one_line_each(open_store: OpenFrontier) -> None:
     frontier = open_store()
     base = "https://a.example/dir/page.html"
@@ -855,7 +848,6 @@ GOLDEN: dict[str, tuple[dict[str, object], list[tuple[object, ...]], list[str]]]
 }
 
 
-@pytest.mark.one_shard
 @pytest.mark.parametrize("name", list(GOLDEN))
 def test_golden_pop_order(open_store: OpenFrontier, name: str) -> None:
     options, steps, expected = GOLDEN[name]

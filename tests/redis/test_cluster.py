@@ -155,6 +155,22 @@ def test_one_worker_gets_priorities_in_exact_order_across_shards(redis_cluster_u
     assert all(ranks == sorted(ranks) for ranks in per_host.values())
 
 
+def test_one_worker_acking_at_once_gets_exact_fifo_across_shards(redis_cluster_url: str) -> None:
+    """Each shard numbers a worker's adds after the highest number it knows of, in
+    any shard: with acks written at once (``ack_delay=0``) one worker gets first
+    in, first out across 16 shards, batch by batch and within a batch."""
+    rng = random.Random(11)
+    urls = [f"https://h{rng.randrange(300)}.example/{i}" for i in range(3000)]
+    with crawlq.open_frontier(_crawl(redis_cluster_url, "fifo"), ack_delay=0) as frontier:
+        for start in range(0, len(urls), 50):
+            frontier.add_many(urls[start : start + 50])
+        popped = []
+        while (request := frontier.pop()) is not None:
+            popped.append(request.url)
+            frontier.ack(request)
+    assert popped == urls
+
+
 def test_a_new_higher_priority_request_on_another_shard_comes_next(redis_cluster_url: str) -> None:
     url = _crawl(redis_cluster_url, "jump")
     a, b = (
@@ -251,3 +267,42 @@ def test_inspect_hosts_top_and_purge_cover_every_shard(
     assert gone.exit_code == 0, gone.output
     assert not any(_keys_by_node(redis_cluster, crawl).values())
     assert not admin.inspect(url).exists
+
+
+def test_a_lost_reply_is_not_run_twice_on_a_shard(
+    redis_cluster_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A retried add returns its first outcome, numbered for the cluster, on one
+    shard (a call) and across shards (calls sent together, replies read after)."""
+    import redis
+
+    from crawlq.stores import _redis_conn
+
+    from .test_store import _lose_next_reply
+
+    frontier = crawlq.open_frontier(_crawl(redis_cluster_url, "lost"))
+    frontier.add(Request("https://warm.example/"))
+    lost = _lose_next_reply(frontier, monkeypatch, redis.ConnectionError("reset (test)"))
+    same_host = [Request("https://a.example/1"), Request("https://a.example/1")]
+    assert frontier.add_many(same_host) == [True, False]
+    assert lost
+    monkeypatch.undo()
+
+    real_read = _redis_conn._read
+    dropped: list[object] = []
+
+    def read_then_lose(conn: object, replies: int) -> list[object]:
+        got = real_read(conn, replies)
+        if not dropped:
+            dropped.append(got)
+            raise redis.TimeoutError("timeout reading (test)")
+        return got
+
+    monkeypatch.setattr(_redis_conn, "_read", read_then_lose)
+    spread = [Request(f"https://spread{i}.example/") for i in range(40)]
+    assert frontier.add_many(spread + spread[:3]) == [True] * 40 + [False] * 3
+    assert dropped
+    monkeypatch.undo()
+    stats = frontier.stats()
+    assert (stats.queued, stats.counters.accepted, stats.counters.duplicates) == (42, 42, 4)
+    frontier.close()

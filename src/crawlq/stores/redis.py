@@ -115,9 +115,9 @@ log = logging.getLogger("crawlq.redis")
 #: sent (None: not tried, `Link.call` sends it).
 _Pending = tuple[bytes, Callable[[], bytes], str, "bytes | None", bool, "bool | None"]
 #: An add begun by `RedisStore.add_start`: its call, its entries, whether it
-#: carried the acks waiting, the finished leases for later calls, and the
-#: hosts of those leases.
-_PendingAdd = tuple[_Pending, Sequence[Entry], bool, list[bytes], set[bytes]]
+#: carried the acks waiting, the finished leases for later calls, the hosts
+#: of those leases, and whether it was numbered for a cluster.
+_PendingAdd = tuple[_Pending, Sequence[Entry], bool, list[bytes], set[bytes], bool]
 
 
 def open_store(
@@ -219,6 +219,8 @@ class RedisStore(RedisControls):
         # (their leases are given back by the next call), or None.
         self._lost: int | None = None
         self._calls = 0
+        #: The next number after this store's last numbered add (cluster shards).
+        self.id_mark = 0
         self._allow_eviction = settings.allow_eviction
         self._evicted = 0
         self._eviction_check_at = time.monotonic() + _EVICTION_CHECK
@@ -400,11 +402,15 @@ class RedisStore(RedisControls):
         finished: Sequence[object] = (),
         lifo: bool | None = None,
         send: bool = False,
+        numbering: tuple[int, bytes, int] | None = None,
     ) -> _PendingAdd:
         """`add`, up to sending its call (with ``send``); `add_end` finishes it.
 
         A store that spreads one batch over several (a cluster crawl's
-        shards) sends every part before it waits for any reply.
+        shards) sends every part before it waits for any reply, and numbers
+        the part's requests after the whole batch: ``numbering`` is (floor,
+        each entry's place in the batch as packed uint32, batch size), see
+        "Ids across shards" in add.lua; `add_end` then sets ``id_mark``.
         """
         buffer = self._buffer
         if lifo is None:
@@ -421,23 +427,30 @@ class RedisStore(RedisControls):
         pairs, rest = pairs[: 2 * _FINISH_CHUNK], pairs[2 * _FINISH_CHUNK :]
         extra.append(b"%d" % (len(pairs) // 2))
         extra.extend(pairs)
+        if numbering is not None:
+            floor, offsets, span = numbering
+            extra += [b"%d" % floor, offsets, b"%d" % span]
         # As for an ack (see _finish): a finished lease of a prefetched host
         # gives the batch back, and a caller that keeps popping gets the next
         # request leased in this same call.
         force = bool(buffer) and (self._stale() or any(h in hosts for _, h in buffer))
         refill = len(buffer) if buffer else int(self._popping and bool(pairs))
         pending = self._call_start(b"add", refill, force, extra, "adding", None, send)
-        return pending, entries, bool(waiting), rest, hosts
+        return pending, entries, bool(waiting), rest, hosts, numbering is not None
 
     def add_end(self, started: _PendingAdd) -> list[bool]:
         """The outcome of an add `add_start` began (False marks a duplicate)."""
-        pending, entries, waited, rest, hosts = started
+        pending, entries, waited, rest, hosts, numbered = started
         reply = self._call_end(pending)
+        outcome: bytes = reply[0]
+        if numbered:
+            outcome, _, mark = outcome.partition(b":")
+            self.id_mark = int(mark)
         if waited:
             self._waiting, self._waiting_hosts = [], set()
         if rest:
             self._finish_pairs(b"a", rest, hosts, "acking")
-        added = [flag == 49 for flag in reply[0]]  # b"1"
+        added = [flag == 49 for flag in outcome]  # b"1"
         counts = self._host_accepted
         if counts is not None:
             # The hosts of the accepted requests, counted in C.

@@ -16,18 +16,23 @@ What is exact, and what is not
     two URLs with one fingerprint but different ``download_slot`` values go
     to two shards and are both accepted (on one server the second is a
     duplicate). Across shards, one worker merges the shards' prefetched
-    batches: the highest priority among them comes first, so priority order
-    is exact for one worker; among equal priorities the order across shards
-    follows each shard's own numbering (each shard counts its adds), which
-    is close to first-in-first-out but not exact. A shard that had nothing
-    ready is asked again when this worker writes to it, when its next host
-    delay ends, and otherwise every half second (other workers' adds).
+    batches by the rules of one server: highest priority, then the host it
+    holds fewest requests of (its own, not other workers'), then the lower
+    number. Each shard numbers the worker's adds after the highest number the
+    worker has seen in any shard ("Ids across shards" in add.lua), so for one
+    worker the order is exact across shards with ``ack_delay=0``; acks
+    waiting in the worker count as leases on the server (as on one server),
+    which makes first-in-first-out across hosts approximate otherwise. A
+    shard that had nothing ready is asked again when this worker writes to
+    it, when its next host delay ends, and otherwise every half second
+    (other workers' adds).
 
 Writes
-    An add whose batch spans shards makes one call per shard; the leases it
-    finishes (``add_many(links, ack=page)``) are acked after every child is
-    stored, in the last call when they are all in one shard, so a parent's
-    ack is never durable before its children, as on one server.
+    An add whose batch spans shards makes one call per shard, all sent
+    before any reply is read; the leases it finishes (``add_many(links,
+    ack=page)``) are acked after every child is stored, in the last call when
+    they are all in one shard, so a parent's ack is never durable before its
+    children, as on one server.
 
 Prefetch, acks riding the next write, ``ack_delay``, durability and the
 self-check are those of `crawlq.stores.redis`, per shard. Counts, stats and
@@ -38,6 +43,7 @@ from __future__ import annotations
 
 import logging
 import math
+import struct
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -68,6 +74,9 @@ CLUSTER_FORMAT: Final = 1
 #: this worker sees other workers' adds there.
 _POLL: Final = 0.5
 _HOST_CACHE: Final = 100_000  # hosts whose shard is remembered
+#: Request ids: FIFO-added ones count up from 0, LIFO-added ones down from the top.
+_LIFO_TOP: Final = 999_999_999_999_999
+_FIFO_IDS: Final = _LIFO_TOP // 2
 #: Seconds between two looks at every shard's prefetched batch, known or not.
 _REPEEK: Final = 0.25
 
@@ -158,9 +167,15 @@ class ClusterStore:
         # is asked (`RedisStore.peek`) again only once this worker took its
         # head or wrote to it, and every _REPEEK seconds (stale batches, acks
         # due to be written).
-        self._known: list[tuple[int, bytes] | None] = [None] * self._count
+        self._known: list[tuple[int, int, bytes] | None] = [None] * self._count
         self._repeek_at = 0.0
         self._where: dict[str | bytes, int] = {}
+        # The highest request number this worker knows of, in any shard: the
+        # floor its next adds are numbered from.
+        self._mark = 0
+        # Requests this worker handed out and has not acked or released, per
+        # host: the fewest-leases tie-break across shards, for its own pops.
+        self._held: dict[bytes, int] = {}
 
     def _open_record(self, retry_timeout: float, shards: int | None) -> int:
         """Create or read the crawl's record; return its shard count."""
@@ -221,29 +236,23 @@ class ClusterStore:
             k = where[host] = shard_of(name, self._count)
         return k
 
-    def _leases_by_shard(self, leases: Sequence[Any]) -> dict[int, list[Any]]:
-        groups: dict[int, list[Any]] = {}
-        for lease in leases:
-            groups.setdefault(self._shard_index(lease[2]), []).append(lease)
-        return groups
-
     # -- the store protocol ----------------------------------------------------------
 
     def add(
         self, entries: Sequence[Entry], finished: Sequence[object] = (), *, lifo: bool | None = None
     ) -> list[bool]:
-        shards = self._shards
         groups: dict[int, list[int]] = {}
         for i, entry in enumerate(entries):
             groups.setdefault(self._shard_index(entry[1]), []).append(i)
         done = self._leases_by_shard(finished)
         for k in groups:
             self._touch(k)
+        flags = [False] * len(entries)
         if len(groups) == 1 and len(done) <= 1 and (not done or done.keys() == groups.keys()):
             # One shard: the batch and its finished leases in one call, as on one server.
-            k = next(iter(groups))
-            return shards[k].add(entries, finished, lifo=lifo)
-        flags = [False] * len(entries)
+            k, indexes = next(iter(groups.items()))
+            self._scatter([(k, indexes, finished)], entries, flags, lifo)
+            return flags
         last = next(iter(done)) if len(done) == 1 else None
         # Children first, in every shard at once; the parents' acks only then.
         self._scatter(
@@ -278,23 +287,26 @@ class ClusterStore:
         raised.
         """
         shards = self._shards
-        if len(parts) == 1:
-            k, indexes, leases = parts[0]
-            added = shards[k].add([entries[i] for i in indexes], leases, lifo=lifo)
-            for i, flag in zip(indexes, added, strict=True):
-                flags[i] = flag
-            return
-        started = [
-            shards[k].add_start([entries[i] for i in indexes], leases, lifo, send=True)
-            for k, indexes, leases in parts
-        ]
+        scatter = len(parts) > 1
+        span = len(entries)
+        started = []
+        for k, indexes, leases in parts:
+            # Numbered after the whole batch (see "Ids across shards" in add.lua).
+            numbering = (self._mark, struct.pack(f">{len(indexes)}I", *indexes), span)
+            part = [entries[i] for i in indexes]
+            started.append(
+                shards[k].add_start(part, leases, lifo, scatter, numbering if part else None)
+            )
         failure: StoreError | None = None
         for (k, indexes, _), one in zip(parts, started, strict=True):
+            shard = shards[k]
             try:
-                added = shards[k].add_end(one)
+                added = shard.add_end(one)
             except StoreError as exc:
                 failure = failure or exc
                 continue
+            if indexes:
+                self._mark = max(self._mark, shard.id_mark)
             for i, flag in zip(indexes, added, strict=True):
                 flags[i] = flag
         if failure is not None:
@@ -302,7 +314,7 @@ class ClusterStore:
 
     def pop(self) -> Request | None:
         best_k = -1
-        best: tuple[int, bytes] | None = None
+        best: tuple[int, int, bytes] | None = None
         now = time.monotonic()
         if now >= self._repeek_at:
             self._known = [None] * self._count
@@ -317,15 +329,27 @@ class ClusterStore:
                 if head is None:
                     self._asked_empty(k, now)
                     continue
-                # Highest priority first; among equals, the lower id (each
-                # shard's own add order) approximates first in, first out.
-                key = known[k] = (-head.priority, head._lease[0])  # type: ignore[index]
+                # Highest priority first; among equals, the host this worker
+                # holds fewest requests of (handed out, not yet acked), then
+                # the lower number: first in, first out (see add.lua).
+                lease = head._lease
+                held = self._held.get(lease[2], 0)  # type: ignore[index]
+                key = known[k] = (-head.priority, held, lease[0])  # type: ignore[index]
             if best is None or key < best:
                 best, best_k = key, k
         if best is None:
             return None
         known[best_k] = None
-        return shards[best_k].take()
+        request = shards[best_k].take()
+        host = request._lease[2]  # type: ignore[index]
+        self._held[host] = self._held.get(host, 0) + 1
+        # Number this worker's next adds after every request it has seen.
+        n = int(best[2])
+        if n > _FIFO_IDS:
+            n = _LIFO_TOP - n  # a LIFO id counts down from the top
+        if n > self._mark:
+            self._mark = n
+        return request
 
     def _touch(self, k: int) -> None:
         """Shard ``k`` changed by this worker: ask it again at the next pop."""
@@ -349,6 +373,20 @@ class ClusterStore:
         for k, group in self._leases_by_shard(leases).items():
             self._shards[k].release(group)
             self._touch(k)
+
+    def _leases_by_shard(self, leases: Sequence[Any]) -> dict[int, list[Any]]:
+        """Group leases by shard; they end, so their hosts hold one fewer each."""
+        groups: dict[int, list[Any]] = {}
+        held = self._held
+        for lease in leases:
+            host = lease[2]
+            count = held.get(host, 0)
+            if count > 1:
+                held[host] = count - 1
+            elif count:
+                del held[host]
+            groups.setdefault(self._shard_index(host), []).append(lease)
+        return groups
 
     def flush(self) -> None:
         for shard in self._shards:

@@ -6,7 +6,17 @@
 -- uint32 length + host, uint32 length + encoded request; then
 -- max_requests_per_host (0: no cap), seen_ttl in ms ('' : dedup by the `seen`
 -- set; a number: by `seen_at`, 0 meaning forever), the number of leases to
--- ack and their (id, token) pairs.
+-- ack and their (id, token) pairs; then, from a cluster crawl's shard only,
+-- a floor, offsets and a span (see "Ids across shards" below).
+--
+-- Ids across shards. Each shard numbers its own adds, so numbers of two
+-- shards would say nothing about which request came first. A cluster
+-- worker sends a floor (the highest number it knows of, in any shard), the
+-- place of each entry in its whole batch (uint32 each, packed) and the
+-- batch's size: entry i is numbered base + offset + 1, with base the larger
+-- of the floor and the shard's own next number (meta idb), which becomes
+-- base + span. One worker's ids then grow in the order it added, across
+-- shards; the reply's flags end with ':' and base + span, its new floor.
 
 -- Whether a fingerprint counts as seen now, without recording it: for an
 -- add refused by the cap, which counts as capped only when it is no duplicate.
@@ -48,8 +58,13 @@ local function add(keys, args)
   local TTL = tonumber(args[ARG0 + 7]) -- nil: no seen_ttl
 
   -- Ids for the whole batch at once; those of duplicates stay unused (ids
-  -- only need to grow).
+  -- only need to grow). seq also counts every request offered (counters).
   local seq = redis.call('HINCRBY', K_META, 'seq', args[ARG0 + 4]) - COUNT
+  local tail = ARG0 + 9 + 2 * tonumber(args[ARG0 + 8])
+  local FLOOR, OFFSETS, base = tonumber(args[tail] or ''), args[tail + 1], nil
+  if FLOOR then
+    base = math.max(tonumber(redis.call('HGET', K_META, 'idb') or '0'), FLOOR)
+  end
   local new_seen = 0
   local flags, touched, payloads = {}, {}, {}
   -- With a cap: requests accepted per host in this call, and each host's count before it.
@@ -111,12 +126,18 @@ local function add(keys, args)
       if CAP > 0 then -- (a table update per request: a fiftieth of an add)
         accepted[name] = (accepted[name] or 0) + 1
       end
-      seq = seq + 1
+      local n
+      if FLOOR then
+        n = base + struct.unpack('>I4', OFFSETS, 4 * i - 3) + 1
+      else
+        seq = seq + 1
+        n = seq
+      end
       local id
       if LIFO then
-        id = string.format('%015d', 999999999999999 - seq)
+        id = string.format('%015d', 999999999999999 - n)
       else
-        id = string.format('%015d', seq)
+        id = string.format('%015d', n)
       end
       local score = 0 - priority
       local state = host(name)
@@ -166,5 +187,11 @@ local function add(keys, args)
   if acked ~= nil and (best == nil or acked < best) then
     best = acked
   end
-  return conclude(table.concat(flags), best)
+  local outcome = table.concat(flags)
+  if FLOOR then
+    local mark = string.format('%d', base + tonumber(args[tail + 2]))
+    redis.call('HSET', K_META, 'idb', mark)
+    outcome = outcome .. ':' .. mark
+  end
+  return conclude(outcome, best)
 end

@@ -785,7 +785,8 @@ local function give_back_lost()
   if last == false then
     return
   end
-  local call, taken = string.match(last, '^(%d+)\n[01]*\n[01]\n(.*)$')
+  -- (flags: add's outcome per request, then a cluster shard's ':' mark)
+  local call, taken = string.match(last, '^(%d+)\n[01]*:?%d*\n[01]\n(.*)$')
   if call == nil or call == CALL or tonumber(call) < tonumber(lost) then
     return
   end
@@ -848,7 +849,7 @@ local function replayed()
   if last == false then
     return nil
   end
-  local call, flags, returned, taken = string.match(last, '^(%d+)\n([01]*)\n([01])\n(.*)$')
+  local call, flags, returned, taken = string.match(last, '^(%d+)\n([01]*:?%d*)\n([01])\n(.*)$')
   if call ~= CALL then
     return nil
   end
