@@ -1,0 +1,178 @@
+"""Bytes per URL in Redis: a seen fingerprint and a queued request, crawlq and scrapy-redis.
+
+``python -m benchmarks.memory_per_url [--requests N] [--output FILE]``
+
+Memory, not CPU, is what a broad crawl runs out of first. For each
+implementation, on fresh servers (127.0.0.1, no persistence, stopped by pid):
+read ``used_memory`` of every primary (``INFO memory``), add N requests with
+100-character URLs over 1,000 hosts, read it again, then dequeue (and for
+crawlq ack) every request and read it a third time. What is left after the
+drain is the seen set: its bytes over N are the cost of a seen URL; the
+difference between the full and the drained server, over N, is the cost of
+a queued request (the seen set stays). crawlq runs on one redis-server and on
+a Redis Cluster of 3 primaries (16 shards; the primaries summed);
+scrapy-redis (its PriorityQueue, RFPDupeFilter and pickle) on one server.
+Writes ``benchmarks/MEMORY.md`` (also printed). Deterministic enough that one
+run is the figure (allocator rounding moves it by about a byte).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from benchmarks.cluster import Node, environment, servers
+
+HERE = Path(__file__).resolve().parent
+HOSTS = 1_000
+URL_LENGTH = 100
+BATCH = 1_000
+
+#: (label, primaries, implementation)
+SETUPS = (
+    ("crawlq, one redis-server", 0, "crawlq"),
+    ("crawlq, Redis Cluster, 3 primaries (16 shards)", 3, "crawlq"),
+    ("scrapy-redis, one redis-server", 0, "scrapy-redis"),
+)
+
+
+def url(i: int) -> str:
+    """The i-th URL: 100 characters, on one of 1,000 hosts."""
+    base = f"https://h{i % HOSTS}.example.com/{i:08d}/"
+    return base + "x" * (URL_LENGTH - len(base) - 8) + f"{i:08d}"
+
+
+def used(nodes: Sequence[Node]) -> int:
+    """``used_memory`` of every node, summed, once the server settled."""
+    time.sleep(0.3)
+    total = 0
+    for node in nodes:
+        assert node.client is not None
+        total += int(node.client.info("memory")["used_memory"])
+    return total
+
+
+def crawlq_run(nodes: Sequence[Node], count: int) -> tuple[Callable[[], None], Callable[[], int]]:
+    """Fill and drain functions for crawlq on ``nodes`` (a cluster when they are several)."""
+    import crawlq
+
+    if len(nodes) > 1:
+        seeds = ",".join(f"127.0.0.1:{node.port}" for node in nodes)
+        frontier = crawlq.open_frontier(f"redis+cluster://{seeds}/?crawl=mem", prefetch=64)
+    else:
+        frontier = crawlq.open_frontier(f"redis://127.0.0.1:{nodes[0].port}/0?crawl=mem")
+
+    def fill() -> None:
+        for start in range(0, count, BATCH):
+            frontier.add_many([url(i) for i in range(start, min(count, start + BATCH))])
+
+    def drain() -> int:
+        done = 0
+        while (request := frontier.pop()) is not None:
+            frontier.ack(request)
+            done += 1
+        frontier.close()
+        return done
+
+    return fill, drain
+
+
+def scrapy_redis_run(
+    nodes: Sequence[Node], count: int
+) -> tuple[Callable[[], None], Callable[[], int]]:
+    """Fill and drain functions for scrapy-redis's scheduler on one server."""
+    import redis
+    from scrapy import Request, Spider
+    from scrapy_redis.dupefilter import RFPDupeFilter
+    from scrapy_redis.scheduler import Scheduler
+
+    server = redis.Redis(host="127.0.0.1", port=nodes[0].port)
+    scheduler = Scheduler(
+        server,
+        persist=True,
+        queue_key="%(spider)s:requests",
+        queue_cls="scrapy_redis.queue.PriorityQueue",
+        dupefilter=RFPDupeFilter(server, "bench:dupefilter"),
+    )
+    scheduler.open(Spider(name="bench"))
+
+    def fill() -> None:
+        for i in range(count):
+            scheduler.enqueue_request(Request(url(i)))
+
+    def drain() -> int:
+        done = 0
+        while scheduler.next_request() is not None:
+            done += 1
+        return done
+
+    return fill, drain
+
+
+def measure(primaries: int, impl: str, count: int, root: Path) -> dict[str, float]:
+    """Bytes per seen URL and per queued request for one setup, on fresh servers."""
+    with servers(primaries, root / f"{impl}-{primaries}") as nodes:
+        run = crawlq_run if impl == "crawlq" else scrapy_redis_run
+        fill, drain = run(nodes, count)
+        empty = used(nodes)
+        fill()
+        full = used(nodes)
+        drained = drain()
+        seen_only = used(nodes)
+    if drained != count:
+        raise RuntimeError(f"{impl}: drained {drained} of {count} requests")
+    return {"seen": (seen_only - empty) / count, "queued": (full - seen_only) / count}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.memory_per_url", description=__doc__
+    )
+    parser.add_argument("--requests", type=int, default=100_000, help="URLs (default 100,000)")
+    parser.add_argument("--output", type=Path, default=HERE / "MEMORY.md")
+    args = parser.parse_args(argv)
+    started = dt.datetime.now(dt.UTC)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="crawlq-bench-memory-") as tmp:
+        for label, primaries, impl in SETUPS:
+            figures = measure(primaries, impl, args.requests, Path(tmp))
+            print(f"{label}: {figures}", file=sys.stderr, flush=True)
+            rows.append((label, figures))
+    lines = [
+        "# Bytes per URL in Redis",
+        "",
+        f"`python -m benchmarks.memory_per_url --requests {args.requests}`, run "
+        f"{started:%Y-%m-%d %H:%M} UTC: {args.requests:,} requests with {URL_LENGTH}-character "
+        f"URLs over {HOSTS:,} hosts, `used_memory` (all primaries summed) before, full and "
+        "after every request was dequeued (crawlq: and acked). A seen URL is what the drained "
+        "server keeps per URL; a queued request is what the full server holds more per request.",
+        "",
+        environment().replace(", copied at the start", ""),
+        "",
+        "| implementation | bytes per seen URL | bytes per queued request | queued - URL length |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for label, figures in rows:
+        lines.append(
+            f"| {label} | {figures['seen']:.1f} | {figures['queued']:.1f} | "
+            f"{figures['queued'] - URL_LENGTH:+.1f} |"
+        )
+    lines += [
+        "",
+        "Targets (issue 15): a seen URL at most 24 bytes with exact dedup; a queued request "
+        f"at most its URL length + 80 bytes ({URL_LENGTH + 80} here).",
+        "",
+    ]
+    text = "\n".join(lines)
+    args.output.write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
