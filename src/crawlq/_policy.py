@@ -168,6 +168,12 @@ class Board:
     when stale entries outnumber live ones. ``forget`` is called for a slot with nothing
     queued or leased once its delay has passed, so the store can drop it.
 
+    A slot that stays ready after `popped` keeps its entry at the top, keyed
+    by the head just leased, until the board next changes or reads the ready
+    heap: then one sift re-keys it there. A crawler acks (`place`) before it
+    pops again, so a pop and its ack move the slot once, not twice, and leave
+    no stale entry behind.
+
     Host controls live here too, by host name, so they outlive the slots the
     store drops: ``overrides`` (a host's own delay and concurrency) and
     ``blocks`` (a host hands out nothing until a time). A block is a delay
@@ -181,6 +187,7 @@ class Board:
         "_delay",
         "_delayed",
         "_forget",
+        "_lagging",
         "_ready",
         "_ready_slots",
         "_slots",
@@ -198,6 +205,8 @@ class Board:
         self._ready: list[tuple[int, int, int, Slot]] = []
         self._delayed: list[tuple[float, str, Slot]] = []
         self._ready_slots = 0
+        # The slot `popped` left ready with its old entry at the top (see above).
+        self._lagging: Slot | None = None
         #: Host -> (delay or None, concurrency or None): its own policy.
         self.overrides: dict[str, tuple[float | None, int | None]] = {}
         #: Host -> (blocked until, the pacing time it had before the block).
@@ -299,6 +308,11 @@ class Board:
         state = slot.state
         if state == DELAYED:
             return
+        lagging = self._lagging
+        if lagging is not None:
+            self._lagging = None
+            if lagging is not slot:
+                self._rekey(lagging)
         if state == READY:
             self._ready_slots -= 1
             slot.entry = None
@@ -319,6 +333,9 @@ class Board:
             slot.state = READY
             self._ready_slots += 1
             entry = slot.entry = (head[0], slot.leased, head[1], slot)
+            if lagging is slot:
+                heapreplace(self._ready, entry)  # its old entry is still at the top
+                return
             heappush(self._ready, entry)
             if len(self._ready) > 2 * self._ready_slots + 64:
                 self._compact()
@@ -330,6 +347,10 @@ class Board:
         the slot's head, sets its new head and calls `popped` (which moves the
         entry with one sift), or changes the slot and calls `place`.
         """
+        lagging = self._lagging
+        if lagging is not None:
+            self._lagging = None
+            self._rekey(lagging)
         delayed = self._delayed
         if delayed and delayed[0][0] <= now:
             self._wake(now)
@@ -346,16 +367,14 @@ class Board:
         """Record that the head of the slot `take` returned was leased; file the slot.
 
         Counts the lease and starts the slot's delay; the caller has already
-        set the slot's new head.
+        set the slot's new head. A slot that stays ready keeps its entry at
+        the top until the next `place` or `take` re-keys it.
         """
         slot.leased += 1
         if slot.delay:
             slot.ready_at = now + slot.delay
-        head = slot.head
-        if head is not None and slot.leased < slot.concurrency and slot.ready_at <= now:
-            # Still ready: replace its entry at the top in one sift.
-            entry = slot.entry = (head[0], slot.leased, head[1], slot)
-            heapreplace(self._ready, entry)
+        if slot.head is not None and slot.leased < slot.concurrency and slot.ready_at <= now:
+            self._lagging = slot
         else:
             heappop(self._ready)
             slot.state = IDLE
@@ -365,6 +384,8 @@ class Board:
 
     def next_ready_in(self, now: float) -> float | None:
         """Seconds until `take` may return a slot; None if no slot is filed."""
+        if self._lagging is not None:
+            return 0.0  # it is ready
         ready = self._ready
         while ready and ready[0][3].entry is not ready[0]:
             heappop(ready)
@@ -378,11 +399,18 @@ class Board:
         return None
 
     def clear(self) -> None:
+        self._lagging = None
         for entry in self._ready:
             entry[3].entry = None
         self._ready.clear()
         self._delayed.clear()
         self._ready_slots = 0
+
+    def _rekey(self, slot: Slot) -> None:
+        """Key the lagging slot's entry, at the top of the ready heap, by its head now."""
+        head: Any = slot.head  # not None: the slot is still ready
+        entry = slot.entry = (head[0], slot.leased, head[1], slot)
+        heapreplace(self._ready, entry)
 
     def _wake(self, now: float) -> None:
         delayed = self._delayed
