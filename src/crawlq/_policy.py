@@ -313,6 +313,14 @@ class Board:
             self._lagging = None
             if lagging is not slot:
                 self._rekey(lagging)
+            else:
+                head = slot.head
+                if head is not None and slot.leased < slot.concurrency and slot.ready_at <= now:
+                    # Still ready (after an ack, say): re-key its entry, still at the top.
+                    entry = slot.entry = (head[0], slot.leased, head[1], slot)
+                    heapreplace(self._ready, entry)
+                    return
+                # It leaves the ready heap (below): its entry at the top goes stale.
         if state == READY:
             self._ready_slots -= 1
             slot.entry = None
@@ -333,9 +341,6 @@ class Board:
             slot.state = READY
             self._ready_slots += 1
             entry = slot.entry = (head[0], slot.leased, head[1], slot)
-            if lagging is slot:
-                heapreplace(self._ready, entry)  # its old entry is still at the top
-                return
             heappush(self._ready, entry)
             if len(self._ready) > 2 * self._ready_slots + 64:
                 self._compact()
