@@ -147,7 +147,10 @@ class MemoryStore:
     # -- popping --------------------------------------------------------------
 
     def pop(self) -> Request | None:
-        now = self._clock()
+        # Read, then called: Python 3.11 cannot specialise ``self._clock()``
+        # (a method-style call of a callable kept on the instance).
+        clock = self._clock
+        now = clock()
         deadlines = self._deadline_items
         if deadlines and deadlines[0] <= now:
             for item in self._deadlines.expired(now):
@@ -175,19 +178,24 @@ class MemoryStore:
     def ack(self, leases: Sequence[object]) -> None:
         # _end_lease without requeue, and LeaseDeadlines.trim, inlined: the
         # ack is half of every request's cost.
-        now = self._clock()
+        clock = self._clock  # see pop
+        now = clock()
         held = self._leases
-        place = self._board.place
+        board = self._board  # board.place(), not a bound method made per ack
         for lease in leases:
-            order = lease[1]  # type: ignore[index]
-            if held.get(order) is not lease:
+            current = held.pop(lease[1], None)  # type: ignore[index]
+            if current is not lease:
+                if current is not None:
+                    held[current[1]] = current  # a later lease of the same request: keep it
                 continue  # already acked, released or expired (at-least-once), or not ours
-            del held[order]
             host = lease[3]  # type: ignore[index]
             host.leased -= 1
             # Its key (fewest leases) or its eligibility (concurrency) changed.
-            place(host, now)
+            board.place(host, now)
         items = self._deadline_items
+        if not held:
+            items.clear()  # no lease left (a loop that acks each pop): no deadline counts
+            return
         while items and held.get(items[1][1]) is not items[1]:
             items.popleft()  # ended leases at the front: their deadlines go
             items.popleft()
