@@ -363,7 +363,10 @@ class Frontier(HostControls):
         """
         if self._closed:
             raise FrontierClosed(f"frontier {self.url} is closed")
-        return self._store_pop()
+        # Read as an attribute, then called: Python 3.11 cannot specialise a
+        # method-style call of a callable kept in a slot (``self._store_pop()``).
+        store_pop = self._store_pop
+        return store_pop()
 
     def _leases(self, requests: Iterable[Request]) -> list[Lease]:
         """These requests' leases, for the store: the one check of a lease.
@@ -394,9 +397,13 @@ class Frontier(HostControls):
         handed out again). Raises `LeaseError` for a request that was never
         handed out by this frontier.
         """
-        lease = getattr(request, "_lease", None)
+        try:
+            lease = request._lease  # an attribute read: half the cost of getattr()
+        except AttributeError:
+            lease = None  # not a Request: _leases raises
         if type(lease) is Lease and lease[-1] is self._origin and not self._closed:
-            self._store_ack((lease,))
+            store_ack = self._store_ack  # an attribute read, then a call: see `pop`
+            store_ack((lease,))
         else:
             self._store_ack(self._leases((request,)))
 
