@@ -349,8 +349,8 @@ class Board:
         """Return the slot to pop from now, or None if no slot is ready.
 
         The slot's entry stays at the top of the ready heap: the caller leases
-        the slot's head, sets its new head and calls `popped` (which moves the
-        entry with one sift), or changes the slot and calls `place`.
+        the slot's head, sets its new head and calls `popped`, or changes the
+        slot and calls `place`.
         """
         lagging = self._lagging
         if lagging is not None:

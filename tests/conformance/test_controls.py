@@ -157,6 +157,20 @@ def test_a_host_policy_overrides_concurrency_and_can_be_removed(open_store: Open
     frontier.ack(first)
 
 
+def test_a_limit_set_between_a_pop_and_its_ack_applies_at_once(open_store: OpenFrontier) -> None:
+    frontier = open_store()
+    frontier.add_many(["https://a.example/0", "https://a.example/1", "https://b.example/0"])
+    first = frontier.pop()
+    assert first is not None and first.url == "https://a.example/0"
+    frontier.set_host_policy("a.example", concurrency=1)
+    second = frontier.pop()
+    assert second is not None and second.url == "https://b.example/0"
+    assert frontier.pop() is None  # a.example is at its new limit
+    frontier.ack(first)
+    assert pop_all(frontier) == ["https://a.example/1"]
+    frontier.ack(second)
+
+
 def test_a_host_policy_overrides_the_delay_from_the_next_pop(open_store: OpenFrontier) -> None:
     frontier = open_store()
     frontier.set_host_policy("slow.example", delay=30)
