@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 import redis
 
 import crawlq
-from crawlq.stores._redis_cluster import shard_of
+from crawlq.stores._redis_cluster import record_tags, shard_of
 
 
 def _lease_keys(url: str, crawl: str) -> tuple[Any, Callable[[bytes], str]]:
@@ -38,11 +38,13 @@ def _lease_keys(url: str, crawl: str) -> tuple[Any, Callable[[bytes], str]]:
 
         seeds = urlsplit(url).netloc.split(",")
         nodes = [ClusterNode(s.rpartition(":")[0], int(s.rpartition(":")[2])) for s in seeds]
-        shards = int(
-            RedisCluster(startup_nodes=nodes).hget(f"crawlq:{{{crawl}}}:cluster", "shards")
+        record = RedisCluster(startup_nodes=nodes).hmget(
+            f"crawlq:{{{crawl}}}:cluster", "shards", "tags"
         )
+        count, stored = (v.decode() if v else "" for v in record)
+        tags = [t or f"{crawl}:{k}" for k, t in enumerate(record_tags(count, stored))]
         return RedisCluster(startup_nodes=nodes), (
-            lambda host: f"crawlq:{{{crawl}:{shard_of(host, shards)}}}:leases"
+            lambda host: f"crawlq:{{{tags[shard_of(host, len(tags))]}}}:leases"
         )
     return redis.Redis.from_url(url.split("?")[0]), lambda host: f"crawlq:{{{crawl}}}:leases"
 

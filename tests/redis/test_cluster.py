@@ -102,7 +102,7 @@ def test_the_shard_count_is_fixed_when_the_crawl_is_created(redis_cluster_url: s
         assert fresh.stats().extra["shards"] == 16
 
 
-def test_each_host_lives_in_its_shard_and_shards_spread_over_the_primaries(
+def test_each_host_lives_in_its_shard_and_shards_spread_evenly_over_the_primaries(
     redis_cluster: Cluster, redis_cluster_url: str
 ) -> None:
     url = _crawl(redis_cluster_url, "spread")
@@ -111,20 +111,28 @@ def test_each_host_lives_in_its_shard_and_shards_spread_over_the_primaries(
     with crawlq.open_frontier(url) as frontier:
         frontier.add_many([Request(f"https://{h}/{n}") for h in hosts for n in range(3)])
         assert len(frontier) == 600
+    client = _client(redis_cluster)
+    tags = client.hget(f"crawlq:{{{crawl}}}:cluster", "tags").decode().split(" ")
+    client.close()
+    assert len(tags) == 16 and all(t.startswith(f"{crawl}:{k}") for k, t in enumerate(tags))
     by_node = _keys_by_node(redis_cluster, crawl)
-    assert len(by_node) == 3 and all(by_node.values()), "every primary holds some shards"
-    shards_seen: dict[int, set[int]] = defaultdict(set)
+    shards_on: dict[int, set[int]] = defaultdict(set)
     for port, keys in by_node.items():
         for key in keys:
             tag = key.decode().split("{", 1)[1].split("}", 1)[0]
-            if ":" in tag:
-                shards_seen[port].add(int(tag.rsplit(":", 1)[1]))
+            if tag == crawl:
+                continue  # the crawl's record
+            k = tags.index(tag)
+            shards_on[port].add(k)
             # A host's queue is in its host's shard.
             if b"}:q:" in key:
                 host = key.decode().split("}:q:", 1)[1]
-                assert tag == f"{crawl}:{shard_of(host.encode(), 16)}"
-    assert set().union(*shards_seen.values()) == set(range(16))
-    assert sum(len(s) for s in shards_seen.values()) == 16  # each shard on one node
+                assert k == shard_of(host.encode(), 16)
+    assert set().union(*shards_on.values()) == set(range(16))
+    assert sum(len(s) for s in shards_on.values()) == 16  # each shard on one node
+    # Shard K's tag is in the K-th sixteenth of the slots, and the cluster
+    # gave each primary a third of them: 6, 5 and 5 shards.
+    assert sorted(len(s) for s in shards_on.values()) == [5, 5, 6]
 
 
 def test_one_worker_gets_priorities_in_exact_order_across_shards(redis_cluster_url: str) -> None:
@@ -306,3 +314,21 @@ def test_a_lost_reply_is_not_run_twice_on_a_shard(
     stats = frontier.stats()
     assert (stats.queued, stats.counters.accepted, stats.counters.duplicates) == (42, 42, 4)
     frontier.close()
+
+
+def test_a_crawl_recorded_without_tags_keeps_its_shard_keys(
+    redis_cluster: Cluster, redis_cluster_url: str
+) -> None:
+    """A record from before it kept hash tags: its shards stay under NAME:K."""
+    url = _crawl(redis_cluster_url, "untagged")
+    crawl = parse_url(url).crawl
+    client = _client(redis_cluster)
+    client.hset(f"crawlq:{{{crawl}}}:cluster", mapping={"format": "1", "shards": "4"})
+    client.close()
+    with crawlq.open_frontier(url) as frontier:
+        frontier.add_many([f"https://h{i}.example/" for i in range(40)])
+        assert frontier.stats().extra["shards"] == 4
+    keys = [key for keys in _keys_by_node(redis_cluster, crawl).values() for key in keys]
+    tags = {key.decode().split("{", 1)[1].split("}", 1)[0] for key in keys}
+    assert tags == {crawl, *(f"{crawl}:{k}" for k in range(4))}
+    assert admin.inspect(url).queued == 40

@@ -24,7 +24,7 @@ from ._redis_conn import MIN_SERVER, Link, redis_module, server_version, transla
 if TYPE_CHECKING:
     import redis
 
-__all__ = ["ClusterClient", "shard_of"]
+__all__ = ["ClusterClient", "record_tags", "shard_of", "shard_tags"]
 
 _SLOTS: Final = 16384
 
@@ -36,6 +36,36 @@ def shard_of(host: bytes, shards: int) -> int:
     route a host to the same shard.
     """
     return zlib.crc32(host) % shards
+
+
+def shard_tags(crawl: str, shards: int) -> list[str]:
+    """Hash tags for a new crawl's shards: shard K's slot in the K-th equal range of slots.
+
+    ``NAME:K``, or ``NAME:K:S`` with the smallest S that puts it there. A
+    cluster gives its primaries ranges of slots (``redis-cli --cluster
+    create`` gives each an equal run), so shards spread over the primaries
+    as evenly as their count allows, where tags left to chance put 16
+    shards 7/5/4 on 3 primaries.
+    """
+    from redis.crc import key_slot
+
+    tags = []
+    for k in range(shards):
+        low, high = k * _SLOTS // shards, (k + 1) * _SLOTS // shards
+        tag = f"{crawl}:{k}"
+        suffix = 0
+        while not low <= key_slot(tag.encode()) < high:
+            suffix += 1
+            tag = f"{crawl}:{k}:{suffix}"
+        tags.append(tag)
+    return tags
+
+
+def record_tags(count: str, tags: str) -> list[str | None]:
+    """The shards' hash tags from a crawl's record (None each for one without tags)."""
+    if not tags:
+        return [None] * int(count or 0)
+    return list(tags.split(" "))
 
 
 class ClusterClient:

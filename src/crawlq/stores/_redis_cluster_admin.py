@@ -24,7 +24,7 @@ from ._redis_admin import (
     purge_at,
     snapshot_at,
 )
-from ._redis_cluster import ClusterClient, shard_of
+from ._redis_cluster import ClusterClient, record_tags, shard_of
 from ._redis_config import RedisURL, parse_url
 from ._redis_conn import Link, redis_module
 from .base import Counters, HostList, merge_hosts
@@ -48,11 +48,16 @@ def _shards(url: str) -> Iterator[tuple[RedisURL, Link, list[tuple[RedisURL, Lin
     record = location.prefix.encode() + b"cluster"
     links = [(location, Link(location, cluster.node_client(record)[0], _RETRY))]
     try:
-        count = links[0][1].command(b"HGET", record, b"shards", doing="reading the crawl")
-        for k in range(int(count or 0)):
-            key = location.of_shard(k, "", 0).prefix.encode() + b"meta"
+        count, tags = (
+            v.decode() if isinstance(v, bytes) else ""
+            for v in links[0][1].command(
+                b"HMGET", record, b"shards", b"tags", doing="reading the crawl"
+            )
+        )
+        for k, tag in enumerate(record_tags(count, tags)):
+            key = location.of_shard(k, "", 0, tag).prefix.encode() + b"meta"
             client, host, port = cluster.node_client(key)
-            shard = location.of_shard(k, host, port)
+            shard = location.of_shard(k, host, port, tag)
             links.append((shard, Link(shard, client, _RETRY)))
         yield location, links[0][1], links[1:]
     finally:

@@ -56,6 +56,8 @@ class RedisURL:
     nodes: tuple[tuple[str, int], ...] = ()
     #: The shard of a cluster crawl these keys belong to; None: the whole crawl.
     shard: int | None = None
+    #: That shard's hash tag, when the crawl's record gives one (else NAME:K).
+    tag: str | None = None
 
     @property
     def cluster(self) -> bool:
@@ -71,13 +73,13 @@ class RedisURL:
         """
         if self.shard is None:
             return f"crawlq:{{{self.crawl}}}:"
-        return f"crawlq:{{{self.crawl}:{self.shard}}}:"
+        return f"crawlq:{{{self.tag or f'{self.crawl}:{self.shard}'}}}:"
 
-    def of_shard(self, shard: int, host: str, port: int) -> RedisURL:
-        """This cluster crawl's shard ``shard``, on the node at ``host:port``."""
+    def of_shard(self, shard: int, host: str, port: int, tag: str | None = None) -> RedisURL:
+        """This cluster crawl's shard ``shard`` (hash tag ``tag``), on the node at ``host:port``."""
         kwargs = {**self.kwargs, "host": host, "port": port}
         # A unique raw URL: shards never share the per-URL client cache.
-        return replace(self, raw=f"{self.raw}#{shard}", kwargs=kwargs, shard=shard)
+        return replace(self, raw=f"{self.raw}#{shard}", kwargs=kwargs, shard=shard, tag=tag)
 
     def scrub(self, text: str) -> str:
         """Remove the password from a message (a server may echo what it was sent)."""

@@ -197,6 +197,7 @@ class Library:
         "open": ("open", "allow-oom"),
         "state": ("save_state", "allow-oom"),
         "forget": ("forget", "allow-oom"),
+        "cluster_record": ("cluster_record", "allow-oom"),
     }
 
     def __init__(self) -> None:

@@ -5,10 +5,13 @@
 fixed number of shards (option ``shards``, default 16, fixed when the crawl
 is created and kept in its ``crawlq:{NAME}:cluster`` record). Each shard is
 a crawl of the single-server store under its own hash tag,
-``crawlq:{NAME:K}:``, so all of a shard's keys sit in one slot and its
-functions stay atomic on the node serving it. A request goes to the shard of
-its pacing slot (its host, or ``download_slot``): CRC-32 of the name modulo
-the shard count (`crawlq.stores._redis_cluster.shard_of`).
+``crawlq:{NAME:K}:`` or ``crawlq:{NAME:K:S}:`` (the record keeps them: S
+puts shard K's slot in the K-th equal range of slots, so the shards spread
+evenly over primaries holding equal ranges), so all of a shard's keys sit
+in one slot and its functions stay atomic on the node serving it. A
+request goes to the shard of its pacing slot (its host, or
+``download_slot``): CRC-32 of the name modulo the shard count
+(`crawlq.stores._redis_cluster.shard_of`).
 
 What is exact, and what is not
     Per host everything is as on one server, since a host lives in one
@@ -53,7 +56,7 @@ from .._errors import ConfigError, IncompatibleStore, StoreError
 from .._fingerprint import Fingerprinter
 from .._policy import Policy
 from .._request import Request
-from ._redis_cluster import ClusterClient, shard_of
+from ._redis_cluster import ClusterClient, record_tags, shard_of, shard_tags
 from ._redis_config import RedisURL, Settings, parse_url
 from ._redis_conn import Link, redis_module
 from .base import Counters, Entry, HostList, StoreCounts, merge_hosts
@@ -144,15 +147,16 @@ class ClusterStore:
         self._replicas = replicas
         self.origin = f"{location.display.partition('?')[0]}#{location.prefix}"
         cluster.check(settings.retry_timeout, replicas)
-        self._count = self._open_record(settings.retry_timeout, shards)
+        tags = self._open_record(settings.retry_timeout, shards)
+        self._count = len(tags)
         if settings.bloom_capacity is not None:
             # Each shard holds its share of the crawl's fingerprints.
             share = math.ceil(settings.bloom_capacity / self._count)
             settings = replace(settings, bloom_capacity=share)
         self._shards: list[RedisStore] = []
         try:
-            for k in range(self._count):
-                self._shards.append(self._open_shard(k, policy, fingerprinter, settings))
+            for k, tag in enumerate(tags):
+                self._shards.append(self._open_shard(k, tag, policy, fingerprinter, settings))
         except BaseException:
             for shard in self._shards:
                 shard.close()
@@ -177,46 +181,60 @@ class ClusterStore:
         # host: the fewest-leases tie-break across shards, for its own pops.
         self._held: dict[bytes, int] = {}
 
-    def _open_record(self, retry_timeout: float, shards: int | None) -> int:
-        """Create or read the crawl's record; return its shard count."""
-        key = self._location.prefix.encode() + b"cluster"
-        client = self._cluster.node_client(key)[0]
-        link = Link(self._location, client, retry_timeout)
-        doing = "opening the crawl"
+    def _open_record(self, retry_timeout: float, shards: int | None) -> list[str | None]:
+        """Create or read the crawl's record; return its shards' hash tags.
+
+        None for each shard of a crawl recorded before the record kept tags
+        (its shards use ``NAME:K``).
+        """
+        location = self._location
+        key = location.prefix.encode() + b"cluster"
+        count = shards or _DEFAULT_SHARDS
+        link = Link(location, self._cluster.node_client(key)[0], retry_timeout)
         try:
-            link.command(b"HSETNX", key, b"format", b"%d" % CLUSTER_FORMAT, doing=doing)
-            link.command(
-                b"HSETNX", key, b"shards", b"%d" % (shards or _DEFAULT_SHARDS), doing=doing
+            stored = link.command(
+                b"FCALL",
+                link.library.function["cluster_record"],
+                b"1",
+                key,
+                b"%d" % CLUSTER_FORMAT,
+                b"%d" % count,
+                " ".join(shard_tags(location.crawl, count)).encode(),
+                doing="opening the crawl",
             )
-            stored = link.command(b"HMGET", key, b"format", b"shards", doing=doing)
         finally:
             link.close()
-        fmt, count = (v.decode() if isinstance(v, bytes) else "" for v in stored)
-        crawl, where = self._location.crawl, self._location.display
-        if fmt != str(CLUSTER_FORMAT) or not count.isdigit():
+        fmt, stored_count, tags = (v.decode() if isinstance(v, bytes) else "" for v in stored)
+        crawl, where = location.crawl, location.display
+        if fmt != str(CLUSTER_FORMAT) or not stored_count.isdigit():
             raise IncompatibleStore(
                 f"crawl {crawl!r} at {where} has a cluster record of format {fmt or '?'}, not "
                 f"crawlq's {CLUSTER_FORMAT}; use another crawl name or upgrade crawlq"
             )
-        if shards is not None and int(count) != shards:
+        if shards is not None and int(stored_count) != shards:
             raise IncompatibleStore(
-                f"crawl {crawl!r} at {where} was created with shards={count}; its shard count "
-                f"cannot change: open it with shards={count} (or without shards), or use "
-                "another crawl name",
+                f"crawl {crawl!r} at {where} was created with shards={stored_count}; its shard "
+                f"count cannot change: open it with shards={stored_count} (or without shards), "
+                "or use another crawl name",
                 setting="shards",
             )
-        return int(count)
+        return record_tags(stored_count, tags)
 
     def _open_shard(
-        self, k: int, policy: Policy, fingerprinter: Fingerprinter, settings: Settings
+        self,
+        k: int,
+        tag: str | None,
+        policy: Policy,
+        fingerprinter: Fingerprinter,
+        settings: Settings,
     ) -> RedisStore:
-        meta = self._location.of_shard(k, "", 0).prefix.encode() + b"meta"
+        meta = self._location.of_shard(k, "", 0, tag).prefix.encode() + b"meta"
         client, host, port = self._cluster.node_client(meta)
 
         def reroute() -> Any:
             return self._cluster.node_client(meta, refresh=True)[0]
 
-        location = self._location.of_shard(k, host, port)
+        location = self._location.of_shard(k, host, port, tag)
         shard = RedisStore(
             location, client, policy, fingerprinter, settings, reroute, self._replicas
         )

@@ -37,6 +37,17 @@ local function open(keys, args)
   return redis.call('HMGET', meta, unpack(fields))
 end
 
+-- cluster_record: a Redis Cluster crawl's record, keys[1] = "crawlq:{NAME}:cluster".
+-- Created with args (format, shard count, the shards' hash tags) unless it
+-- exists; returns the stored {format, shards, tags} (tags false for a crawl
+-- recorded before they were).
+local function cluster_record(keys, args)
+  if redis.call('EXISTS', keys[1]) == 0 then
+    redis.call('HSET', keys[1], 'format', args[1], 'shards', args[2], 'tags', args[3])
+  end
+  return redis.call('HMGET', keys[1], 'format', 'shards', 'tags')
+end
+
 -- save_state: replace the crawler's state (keys[1] .. 'state') by args[1].
 -- A function rather than a SET so that a full server still takes it.
 local function save_state(keys, args)
