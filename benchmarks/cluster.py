@@ -240,8 +240,14 @@ def shard_spread(nodes: Sequence[Node], crawl: str) -> list[int]:
         for slot in range(start, end + 1):
             owner[slot] = int(primary[1])
     counts = dict.fromkeys((n.port for n in nodes), 0)
-    for k in range(SHARDS):
-        counts[owner[key_slot(f"crawlq:{{{crawl}:{k}}}:meta".encode())]] += 1
+    record = redis.RedisCluster(host="127.0.0.1", port=nodes[0].port)
+    try:
+        tags = record.hget(f"crawlq:{{{crawl}}}:cluster", "tags")
+    finally:
+        record.close()
+    names = tags.decode().split(" ") if tags else [f"{crawl}:{k}" for k in range(SHARDS)]
+    for tag in names:
+        counts[owner[key_slot(f"crawlq:{{{tag}}}:meta".encode())]] += 1
     return sorted(counts.values(), reverse=True)
 
 
