@@ -113,17 +113,26 @@ class RedisCluster:
         return f"redis+cluster://{nodes}/?crawl={crawl}"
 
     def start(self) -> None:
-        """Start every node, create the cluster, and wait until it serves every slot."""
-        for server in self.servers:
-            server.start()
-        args = [_redis_cli(), "--cluster", "create"]
-        args += [f"127.0.0.1:{s.port}" for s in self.servers]
-        args += ["--cluster-replicas", str(self.replicas), "--cluster-yes"]
-        done = subprocess.run(args, capture_output=True, timeout=60, check=False)
-        if done.returncode != 0:
+        """Start every node, create the cluster, and wait until it serves every slot.
+
+        On any failure every node already started is stopped before the error
+        goes on: nothing is left running.
+        """
+        try:
+            for server in self.servers:
+                server.start()
+            args = [_redis_cli(), "--cluster", "create"]
+            args += [f"127.0.0.1:{s.port}" for s in self.servers]
+            args += ["--cluster-replicas", str(self.replicas), "--cluster-yes"]
+            done = subprocess.run(args, capture_output=True, timeout=60, check=False)
+            if done.returncode != 0:
+                raise RuntimeError(
+                    f"redis-cli --cluster create failed: {done.stdout!r}{done.stderr!r}"
+                )
+            self.wait_ok()
+        except BaseException:
             self.stop()
-            raise RuntimeError(f"redis-cli --cluster create failed: {done.stdout!r}{done.stderr!r}")
-        self.wait_ok()
+            raise
 
     def wait_ok(self, timeout: float = _READY_TIMEOUT) -> None:
         """Wait until every running node says ``cluster_state:ok`` and knows every node."""
