@@ -85,9 +85,7 @@ class ClusterClient:
         seeds = [ClusterNode(host, port) for host, port in location.nodes]  # type: ignore[no-untyped-call]
         try:
             self.client: Any = RedisCluster(startup_nodes=seeds, **kwargs)
-        except redis.exceptions.RedisError as exc:
-            raise _translate(exc, location, "connecting to the cluster") from None
-        except redis.exceptions.RedisClusterException as exc:
+        except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException) as exc:
             raise _translate(exc, location, "connecting to the cluster") from None
 
     def node_client(self, key: bytes, *, refresh: bool = False) -> tuple[redis.Redis, str, int]:
