@@ -1,11 +1,14 @@
 """Bytes per URL in Redis: a seen fingerprint and a queued request, crawlq and scrapy-redis.
 
-``python -m benchmarks.memory_per_url [--requests N] [--output FILE]``
+``python -m benchmarks.memory_per_url [--requests N] [--hosts H ...] [--priorities K]
+[--output FILE]``
 
 Memory, not CPU, is what a broad crawl runs out of first. For each
 implementation, on fresh servers (127.0.0.1, no persistence, stopped by pid):
 read ``used_memory`` of every primary (``INFO memory``), add N requests with
-100-character URLs over 1,000 hosts, read it again, then dequeue (and for
+100-character URLs over H hosts (1,000 by default; each ``--hosts`` gives a
+table: N of them is the long tail of a broad crawl, one request per host),
+with one priority (or K, scattered), read it again, then dequeue (and for
 crawlq ack) every request and read it a third time. What is left after the
 drain is the seen set: its bytes over N are the cost of a seen URL; the
 difference between the full and the drained server, over N, is the cost of
@@ -29,7 +32,10 @@ from pathlib import Path
 from benchmarks.cluster import Node, environment, servers
 
 HERE = Path(__file__).resolve().parent
+#: Hosts the URLs spread over (``--hosts``).
 HOSTS = 1_000
+#: Distinct priorities, spread evenly (``--priorities``; 1: all 0).
+PRIORITIES = 1
 URL_LENGTH = 100
 BATCH = 1_000
 
@@ -42,9 +48,14 @@ SETUPS = (
 
 
 def url(i: int) -> str:
-    """The i-th URL: 100 characters, on one of 1,000 hosts."""
+    """The i-th URL: 100 characters, on one of HOSTS hosts."""
     base = f"https://h{i % HOSTS}.example.com/{i:08d}/"
     return base + "x" * (URL_LENGTH - len(base) - 8) + f"{i:08d}"
+
+
+def priority(i: int) -> int:
+    """The i-th URL's priority: one of PRIORITIES values around 0, scattered."""
+    return (i * 2654435761 >> 8) % PRIORITIES - PRIORITIES // 2
 
 
 def used(nodes: Sequence[Node]) -> int:
@@ -69,7 +80,8 @@ def crawlq_run(nodes: Sequence[Node], count: int) -> tuple[Callable[[], None], C
 
     def fill() -> None:
         for start in range(0, count, BATCH):
-            frontier.add_many([url(i) for i in range(start, min(count, start + BATCH))])
+            batch = range(start, min(count, start + BATCH))
+            frontier.add_many([crawlq.Request(url(i), priority=priority(i)) for i in batch])
 
     def drain() -> int:
         done = 0
@@ -103,7 +115,7 @@ def scrapy_redis_run(
 
     def fill() -> None:
         for i in range(count):
-            scheduler.enqueue_request(Request(url(i)))
+            scheduler.enqueue_request(Request(url(i), priority=priority(i)))
 
     def drain() -> int:
         done = 0
@@ -129,39 +141,63 @@ def measure(primaries: int, impl: str, count: int, root: Path) -> dict[str, floa
     return {"seen": (seen_only - empty) / count, "queued": (full - seen_only) / count}
 
 
+def table(count: int, hosts: int) -> list[str]:
+    """The Markdown table of every setup for ``count`` URLs over ``hosts`` hosts."""
+    global HOSTS
+    HOSTS = hosts
+    lines = [
+        "| implementation | bytes per seen URL | bytes per queued request | queued - URL length |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    with tempfile.TemporaryDirectory(prefix="crawlq-bench-memory-") as tmp:
+        for label, primaries, impl in SETUPS:
+            figures = measure(primaries, impl, count, Path(tmp))
+            print(f"{hosts} hosts, {label}: {figures}", file=sys.stderr, flush=True)
+            lines.append(
+                f"| {label} | {figures['seen']:.1f} | {figures['queued']:.1f} | "
+                f"{figures['queued'] - URL_LENGTH:+.1f} |"
+            )
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.memory_per_url", description=__doc__
     )
     parser.add_argument("--requests", type=int, default=100_000, help="URLs (default 100,000)")
+    parser.add_argument(
+        "--hosts",
+        type=int,
+        action="append",
+        help="hosts the URLs spread over, one table each (default 1,000)",
+    )
+    parser.add_argument(
+        "--priorities", type=int, default=1, help="distinct priorities (default 1: all 0)"
+    )
     parser.add_argument("--output", type=Path, default=HERE / "MEMORY.md")
     args = parser.parse_args(argv)
+    global PRIORITIES
+    PRIORITIES = args.priorities
+    spreads = args.hosts or [HOSTS]
     started = dt.datetime.now(dt.UTC)
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="crawlq-bench-memory-") as tmp:
-        for label, primaries, impl in SETUPS:
-            figures = measure(primaries, impl, args.requests, Path(tmp))
-            print(f"{label}: {figures}", file=sys.stderr, flush=True)
-            rows.append((label, figures))
+    command = f"python -m benchmarks.memory_per_url --requests {args.requests}"
+    command += "".join(f" --hosts {hosts}" for hosts in args.hosts or [])
+    if args.priorities > 1:
+        command += f" --priorities {args.priorities}"
     lines = [
         "# Bytes per URL in Redis",
         "",
-        f"`python -m benchmarks.memory_per_url --requests {args.requests}`, run "
-        f"{started:%Y-%m-%d %H:%M} UTC: {args.requests:,} requests with {URL_LENGTH}-character "
-        f"URLs over {HOSTS:,} hosts, `used_memory` (all primaries summed) before, full and "
-        "after every request was dequeued (crawlq: and acked). A seen URL is what the drained "
-        "server keeps per URL; a queued request is what the full server holds more per request.",
+        f"`{command}`, run {started:%Y-%m-%d %H:%M} UTC: {args.requests:,} requests with "
+        f"{URL_LENGTH}-character URLs of {args.priorities} priorit"
+        f"{'ies' if args.priorities > 1 else 'y'}, `used_memory` (all primaries summed) "
+        "before, full and after every request was dequeued (crawlq: and acked). A seen URL "
+        "is what the drained server keeps per URL; a queued request is what the full server "
+        "holds more per request.",
         "",
         environment().replace(", copied at the start", ""),
-        "",
-        "| implementation | bytes per seen URL | bytes per queued request | queued - URL length |",
-        "| --- | ---: | ---: | ---: |",
     ]
-    for label, figures in rows:
-        lines.append(
-            f"| {label} | {figures['seen']:.1f} | {figures['queued']:.1f} | "
-            f"{figures['queued'] - URL_LENGTH:+.1f} |"
-        )
+    for hosts in spreads:
+        lines += ["", f"Over {hosts:,} hosts:", "", *table(args.requests, hosts)]
     lines += [
         "",
         "Targets (issue 15): a seen URL at most 24 bytes with exact dedup; a queued request "

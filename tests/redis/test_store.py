@@ -288,19 +288,19 @@ def test_no_pickle_in_redis(url: str, redis_url: str) -> None:
         frontier.add(Request("https://a.example/2", meta={"k": [3]}))
     client = redis.Redis.from_url(redis_url)
     crawl = url.rsplit("=", 1)[1]
-    members = client.zrange(f"crawlq:{{{crawl}}}:q:a.example", 0, -1)
+    entries = client.lrange(f"crawlq:{{{crawl}}}:l:0:a.example", 0, -1)
     head = client.hget(f"crawlq:{{{crawl}}}:hosts", "a.example")
     payloads = client.hgetall(f"crawlq:{{{crawl}}}:p")
     client.close()
-    # The host's first request is its head, kept in its host record; the
-    # rest wait in its queue; each one's encoded request is in "p", by id.
-    assert isinstance(members, list) and len(members) == 1
-    assert isinstance(head, bytes) and len(head) == 21 + 15
-    assert isinstance(payloads, dict) and set(payloads) == {head[21:], members[0]}
-    for payload in payloads.values():
-        assert not payload.startswith(b"\x80")  # no pickle protocol header: msgpack
-    assert crawlq._request.decode_request(payloads[head[21:]]).meta == {"k": [1, 2]}
-    assert crawlq._request.decode_request(payloads[members[0]]).meta == {"k": [3]}
+    # A host's queued requests of one priority are a list of 15-digit id +
+    # encoded request, in order; its record names the first, its head.
+    assert isinstance(entries, list) and len(entries) == 2
+    assert isinstance(head, bytes) and len(head) == 21 + 15 and entries[0][:15] == head[21:]
+    assert payloads == {}  # "p" holds leased requests only
+    for entry in entries:
+        assert not entry[15:].startswith(b"\x80")  # no pickle protocol header: msgpack
+    assert crawlq._request.decode_request(entries[0][15:]).meta == {"k": [1, 2]}
+    assert crawlq._request.decode_request(entries[1][15:]).meta == {"k": [3]}
 
 
 def test_finished_requests_leave_nothing_behind_but_their_fingerprints(

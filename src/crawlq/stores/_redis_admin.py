@@ -90,8 +90,7 @@ def _scan_hosts(link: Link, prefix: bytes) -> dict[str, tuple[int, int, bool, fl
             b"HSCAN", prefix + b"hosts", cursor, b"COUNT", _SCAN_COUNT, doing="listing hosts"
         )
         for i in range(0, len(flat), 2):
-            # The state is packed by lib.lua as struct '>BI4dd' .. head id;
-            # the head request is not in the host's queue.
+            # The state is packed by lib.lua as struct '>BI4dd' .. head id.
             state = flat[i + 1]
             flag, held, ready = _STATE_HEAD.unpack_from(state)
             head = len(state) > _STATE_SIZE
@@ -105,21 +104,21 @@ def host_counts(link: Link, prefix: bytes, limit: int, prefetched: Mapping[str, 
 
     ``prefetched`` counts, per host, requests this process leased ahead and has
     not handed out: they are reported as queued. Costs O(hosts) on the client
-    and one pipelined ZCARD per host.
+    and a function call per ``_SCAN_COUNT`` hosts.
     """
     leased = _scan_hosts(link, prefix)
     names = list(leased)
     queued: list[int] = []
+    link.load_library("counting hosts")
+    function = link.library.function["queued_per_host"]
     for start in range(0, len(names), _SCAN_COUNT):
-        chunk = names[start : start + _SCAN_COUNT]
-        queued += link.commands(
-            [(b"ZCARD", prefix + b"q:" + name.encode()) for name in chunk], "counting hosts"
-        )
+        chunk = [name.encode() for name in names[start : start + _SCAN_COUNT]]
+        queued += link.call(pack([b"FCALL", function, b"1", prefix, *chunk]), "counting hosts")
     busy: dict[str, tuple[int, int]] = {}
     for name, waiting in zip(names, queued, strict=True):
         mine = prefetched.get(name, 0)
-        held, head, _, _ = leased[name]
-        waiting += mine + head
+        held = leased[name][0]
+        waiting += mine
         held -= mine
         if waiting or held:
             busy[name] = (waiting, held)

@@ -194,6 +194,8 @@ class Library:
         "control": ("control", "allow-oom"),
         "read": ("read", "no-writes"),
         "histogram": ("histogram", "no-writes"),
+        "queued_per_host": ("queued_per_host", "no-writes"),
+        "upgrade": ("upgrade_queues", "allow-oom"),
         "open": ("open", "allow-oom"),
         "state": ("save_state", "allow-oom"),
         "forget": ("forget", "allow-oom"),

@@ -20,11 +20,14 @@ from ._redis_memory import evicting, eviction_refused, memory_fields
 __all__ = ["FORMAT", "Dedup", "check_server", "open_crawl"]
 
 #: Layout version of a crawl's keys, stored in its meta hash. Opening a
-#: crawl of format 3 or 4 upgrades it in place (open.lua): format 4 keeps the
-#: queue's size as counters, which crawlq before 4 would not read; format 5
-#: keeps exact dedup in buckets (an upgraded crawl keeps its `seen` set),
-#: which crawlq before 5 would not read.
-FORMAT: Final = 5
+#: crawl of format 3, 4 or 5 upgrades it in place (open.lua): format 4 keeps
+#: the queue's size as counters, which crawlq before 4 would not read; format
+#: 5 keeps exact dedup in buckets (an upgraded crawl keeps its `seen` set);
+#: format 6 keeps queued requests in lists per host and priority
+#: (``upgrade_queues`` moves them, host by host, at the first open).
+FORMAT: Final = 6
+#: Hosts moved per call of ``upgrade_queues``: a call's time grows with them.
+_UPGRADE_HOSTS: Final = 100
 
 log = logging.getLogger("crawlq.redis")
 
@@ -115,7 +118,38 @@ def open_crawl(link: Link, location: RedisURL, policy: Policy, settings: Setting
         doing="opening the crawl",
     )
     values = [v.decode() if isinstance(v, bytes) else "" for v in stored]
-    return _check_stored(location, values, policy, bloom_args)
+    dedup = _check_stored(location, values[:7], policy, bloom_args)
+    if values[7]:
+        _upgrade_queues(link, location)
+    return dedup
+
+
+def _upgrade_queues(link: Link, location: RedisURL) -> None:
+    """Move a crawl's queued requests to format 6's lists (see open.lua), to the end.
+
+    Each call moves a few hosts atomically, so the server keeps serving
+    other clients between them; a second opener doing the same at once is
+    harmless (a moved host is skipped).
+    """
+    log.info(
+        "crawl %r at %s: moving queued requests to key format %d",
+        location.crawl,
+        location.display,
+        FORMAT,
+    )
+    function = link.library.function["upgrade"]
+    while (
+        link.command(
+            b"FCALL",
+            function,
+            1,
+            location.prefix.encode(),
+            str(_UPGRADE_HOSTS),
+            doing="upgrading the crawl's keys",
+        )
+        != 1
+    ):
+        pass
 
 
 def _check_stored(

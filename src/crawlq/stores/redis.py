@@ -271,7 +271,6 @@ class RedisStore(RedisControls):
         finally:
             keys = [b"meta", b"seen", b"hosts", b"ready", b"delayed", b"leases", b"lease", b"p"]
             keys.append(b"accepted")
-            keys.append(b"q:" + host.encode())
             self._link.command(b"DEL", *(prefix + key for key in keys), doing=doing)
         if added[0] != b"1" or back is None or fingerprinter.fingerprint(back) != fingerprint:
             raise StoreError(

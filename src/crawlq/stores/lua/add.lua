@@ -66,7 +66,8 @@ local function add(keys, args)
     base = math.max(tonumber(redis.call('HGET', K_META, 'idb') or '0'), FLOOR)
   end
   local new_seen = 0
-  local flags, touched, payloads = {}, {}, {}
+  local flags, touched = {}, {}
+  local where = LIFO and 'front' or 'tail'
   -- With a cap: requests accepted per host in this call, and each host's count before it.
   local accepted, before = {}, {}
   local capped = 0
@@ -141,9 +142,8 @@ local function add(keys, args)
       end
       local score = 0 - priority
       local state = host(name)
-      payloads[#payloads + 1] = id
-      payloads[#payloads + 1] = payload
-      if enqueue(name, state, score, id) then
+      n_accepted = n_accepted + 1
+      if enqueue(name, state, score, id, payload, where) then
         touched[name] = state -- a new head: the host's filing changes
       end
       if best == nil or score < best then
@@ -153,10 +153,6 @@ local function add(keys, args)
     else
       flags[i] = '0'
     end
-  end
-  if #payloads > 0 then
-    n_accepted = #payloads / 2
-    chunked('HSET', K_P, payloads, 2)
   end
   for name, state in pairs(touched) do
     place(name, state)

@@ -1,39 +1,69 @@
+-- The queued requests of one host by score, {score text, count, ...} (a
+-- score may come twice, for its FIFO and LIFO lanes): its only request
+-- (record ending in 'p'), or its lists l:LANE:HOST, found from its index
+-- i:HOST or, without one, its head.
+local function host_scores(P, name, record)
+  local lanes = redis.call('ZRANGE', P .. 'i:' .. name, 0, -1)
+  if #lanes == 0 then
+    if not record or #record <= 21 then
+      return {}
+    end
+    local score = select(4, struct.unpack('>BI4dd', record))
+    if #record > 36 then
+      return { string.format('%d', score), 1 }
+    end
+    lanes = { lane_of(score, string.sub(record, 22, 36)) }
+  end
+  local out = {}
+  for _, lane in ipairs(lanes) do
+    local count = redis.call('LLEN', P .. 'l:' .. lane .. ':' .. name)
+    if count > 0 then
+      out[#out + 1] = string.match(lane, '^-?%d+')
+      out[#out + 1] = count
+    end
+  end
+  return out
+end
+
 -- Priority histogram of some hosts' queues, for `crawlq inspect`.
 -- keys[1] = "crawlq:{NAME}:", args = host names. Returns {score, count, ...}
--- summed over those hosts; each distinct score of a queue costs two lookups.
--- A host's head request is in its host record, the rest in its queue.
+-- summed over those hosts; each distinct score of a queue costs a lookup.
 local function histogram(keys, args)
   local P = keys[1]
   local totals, order = {}, {}
-  local heads = redis.call('HMGET', P .. 'hosts', unpack(args))
+  local records = redis.call('HMGET', P .. 'hosts', unpack(args))
   for i, name in ipairs(args) do
-    local record = heads[i]
-    if record and #record > 21 then
-      local score = tostring(select(4, struct.unpack('>BI4dd', record)))
+    local counts = host_scores(P, name, records[i])
+    for k = 1, #counts, 2 do
+      local score = counts[k]
       if totals[score] == nil then
         totals[score] = 0
         order[#order + 1] = score
       end
-      totals[score] = totals[score] + 1
-    end
-    local queue = P .. 'q:' .. name
-    local first = redis.call('ZRANGE', queue, 0, 0, 'WITHSCORES')
-    local score = first[2]
-    while score do
-      local count = redis.call('ZCOUNT', queue, score, score)
-      if totals[score] == nil then
-        totals[score] = 0
-        order[#order + 1] = score
-      end
-      totals[score] = totals[score] + count
-      local after = redis.call('ZRANGEBYSCORE', queue, '(' .. score, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-      score = after[2]
+      totals[score] = totals[score] + counts[k + 1]
     end
   end
   local out = {}
   for _, score in ipairs(order) do
     out[#out + 1] = score
     out[#out + 1] = totals[score]
+  end
+  return out
+end
+
+-- How many requests each of some hosts has queued (its head included).
+-- keys[1] = "crawlq:{NAME}:", args = host names. Returns one count per host.
+local function queued_per_host(keys, args)
+  local P = keys[1]
+  local records = redis.call('HMGET', P .. 'hosts', unpack(args))
+  local out = {}
+  for i, name in ipairs(args) do
+    local counts = host_scores(P, name, records[i])
+    local n = 0
+    for k = 2, #counts, 2 do
+      n = n + counts[k]
+    end
+    out[i] = n
   end
   return out
 end

@@ -17,19 +17,38 @@
 --   s:B      hash    exact dedup since format 5: fingerprints in buckets
 --                    (see "Exact dedup" below); meta keeps sl, sp, ns
 --   bloom    string  Bloom filter bits (Bloom dedup)
---   q:HOST   zset    queued requests of one host but its head (the first in
---                    order, kept in its host record, so a pop costs one
---                    ZPOPMIN): score = -priority, member = 15-digit id.
---                    Equal scores sort by member bytes, so the
---                    fixed-width id orders FIFO (or LIFO: the id counts down).
---                    Scores are integers below 2^32 in magnitude, exact in a
---                    double. Small members keep a host's queue compact (a
---                    listpack up to 128 requests) and its pops cheap.
---   p        hash    id -> encoded request, while queued or leased: written
---                    once at add, read once at pop, deleted at ack
+--   l:LANE:HOST list  queued requests of one host in one lane, in the order
+--                    they go out: each entry is the 15-digit id then the
+--                    encoded request. A lane is a score S (= -priority, an
+--                    integer below 2^32 in magnitude) and a direction: LANE
+--                    is S as text for FIFO ids (counting up from 0), S .. 'L'
+--                    for LIFO ids (counting down from 10^15 - 1, so above
+--                    every FIFO id: a batch added in LIFO order comes after
+--                    the FIFO ones of its priority). Ids of a lane only grow
+--                    (LIFO: shrink) from add to add, so an add is one RPUSH
+--                    (LPUSH); a request that comes back (release, expiry,
+--                    unpop) is put at its place by id. A list keeps its
+--                    entries packed (listpacks of 8 KB) however long it
+--                    grows: a queued request costs its payload and ~20 bytes
+--                    more, where a hash of id -> payload cost ~70 (Redis
+--                    keeps small hashes packed only for values of at most 64
+--                    bytes).
+--   i:HOST   zset    the lanes of a host's non-empty lists, score = 2 S (+ 1
+--                    for an L lane), member = LANE: made when a host has a
+--                    second lane, then listing every lane it has (it may
+--                    linger with one; absent, the host has one lane at most)
+--   q:HOST   zset    (format 5, read only by upgrade_queues) queued ids but
+--                    the head: score = -priority, member = 15-digit id
+--   p        hash    id -> encoded request of a leased request, and of the
+--                    head of a host with no list (its only queued request:
+--                    a list key costs ~170 bytes more than a hash entry)
+--                    (in format 5, of every queued request). A leased
+--                    request's is deleted at its ack, read when it comes back
 --   hosts    hash    HOST -> struct '>BI4dd' (flag, leased, ready_at ms, head
---                    score) .. head id (absent when nothing is queued; the
---                    head is in no queue, the rest of the host's are). Flag
+--                    score) .. head id, then 'p' when the head is the host's
+--                    only queued request, kept in `p` (absent when nothing
+--                    is queued; else the head is the first entry of its list
+--                    l:LANE:HOST). Flag
 --                    R: filed in `ready`; D: filed in `delayed`; I: at its
 --                    concurrency limit, filed nowhere until a lease ends. A
 --                    host with nothing queued or leased whose delay has passed
@@ -74,7 +93,7 @@ local FLAG_R, FLAG_D, FLAG_I = 82, 68, 73
 -- The context of the current call, set by begin(). Functions run one at a
 -- time, so these library-level variables are never shared between calls.
 local ARGS, P, K_META, K_SEEN, K_BLOOM, K_HOSTS, K_READY, K_DELAYED
-local K_LEASES, K_LEASE, K_Q, K_P, K_ACCEPTED, K_SEEN_AT, K_BLOCKS, K_POLICY, K_SEEN_B
+local K_LEASES, K_LEASE, K_Q, K_P, K_ACCEPTED, K_SEEN_AT, K_BLOCKS, K_POLICY, K_SEEN_B, K_L, K_I
 -- The crawl's per-host policies (see host_policies), or false if none.
 local HOST_POLICY
 local OWNER, RETRY, CALL, LEASE_MS, DELAY_MS, CONCURRENCY, REFILL, WORST, FORCE, NBUF, ARG0
@@ -122,8 +141,8 @@ end
 -- released + expired, from the meta hash), so counting costs no command.
 local hosts, n_accepted, n_popped, n_released, n_expired
 -- Ids whose lease ended in this call (their leases and lease records go in
--- one ZREM and one HDEL), and acked ids (their payloads go, likewise).
-local ended, acked_ids
+-- one ZREM and one HDEL), and their payloads' ids in `p` (one HDEL).
+local ended, freed
 
 -- Key names by prefix, made once per crawl rather than once per call (each
 -- concatenation makes a string, and strings made per call feed the GC).
@@ -143,7 +162,7 @@ local function set_keys(prefix)
   if names == nil then
     names = { P .. 'meta', P .. 'seen', P .. 'bloom', P .. 'hosts', P .. 'ready',
       P .. 'delayed', P .. 'leases', P .. 'lease', P .. 'q:', P .. 'p', P .. 'accepted',
-      P .. 'seen_at', P .. 'blocks', P .. 'policy', P .. 's:' }
+      P .. 'seen_at', P .. 'blocks', P .. 'policy', P .. 's:', P .. 'l:', P .. 'i:' }
     KEY_NAMES_MADE = KEY_NAMES_MADE + 1
     if KEY_NAMES_MADE > 10000 then -- self-checks' scratch crawls add up
       KEY_NAMES, KEY_NAMES_MADE, POLICIES = {}, 1, {}
@@ -151,7 +170,7 @@ local function set_keys(prefix)
     KEY_NAMES[P] = names
   end
   K_META, K_SEEN, K_BLOOM, K_HOSTS, K_READY, K_DELAYED, K_LEASES, K_LEASE, K_Q, K_P,
-    K_ACCEPTED, K_SEEN_AT, K_BLOCKS, K_POLICY, K_SEEN_B = unpack(names)
+    K_ACCEPTED, K_SEEN_AT, K_BLOCKS, K_POLICY, K_SEEN_B, K_L, K_I = unpack(names)
   SEEN = nil
   local policies = POLICIES[P]
   if policies == nil then
@@ -185,7 +204,7 @@ local function begin(keys, args)
   ARG0 = 9 + 2 * NBUF
   NOW = nil
   hosts, n_accepted, n_popped, n_released, n_expired = {}, 0, 0, 0, 0
-  ended, acked_ids = {}, {}
+  ended, freed = {}, {}
 end
 
 -- Lease counts as the 8-digit prefix of a ready member; a table lookup is
@@ -280,7 +299,7 @@ end
 
 -- Exact dedup (format 5). Fingerprints sit in small hashes, "buckets"
 -- (s:B), which Redis keeps listpack-encoded while they hold at most
--- hash-max-listpack-entries (128 by default): a field of a fingerprint's
+-- hash-max-listpack-entries (512 by default): a field of a fingerprint's
 -- first 12 bytes (96 bits decide a duplicate) and an empty value, about 16
 -- bytes each, where a set of 16-byte members costs 79. Buckets are found by
 -- linear hashing on the first 4 bytes, x: with level L and split pointer S
@@ -408,7 +427,8 @@ local function host(name)
     local flag, leased, ready, head_score = struct.unpack('>BI4dd', value)
     state.flag, state.leased, state.ready = flag, leased, ready
     if #value > 21 then
-      state.head_score, state.head_id = head_score, string.sub(value, 22)
+      state.head_score, state.head_id = head_score, string.sub(value, 22, 36)
+      state.alone = #value > 36
     end
     if flag == FLAG_R then
       state.filed = padded(leased) .. state.head_id .. name
@@ -482,7 +502,7 @@ local function save()
       if state.flag then
         set[#set + 1] = name
         set[#set + 1] = struct.pack('>BI4dd', state.flag, state.leased, state.ready,
-          state.head_score or 0) .. (state.head_id or '')
+          state.head_score or 0) .. (state.head_id or '') .. (state.alone and 'p' or '')
       else
         forget[#forget + 1] = name
       end
@@ -508,23 +528,134 @@ local function save()
   end
 end
 
--- Queue request `id` of host `name` at its place (its payload is in `p`):
--- as the host's head, or in its queue. Returns true when it became the head
--- (the former head goes to the queue): the caller must then place the host.
-local function enqueue(name, state, score, id)
+-- Put `entry` (an id and a payload) back at its place by id in list `key`,
+-- of ids in ascending order: a request coming back (release, expiry) is
+-- older than those added since it left (or, with lifo, newer: then the walk
+-- passes them), so the walk from the front is short in a FIFO crawl.
+-- Returns the list's new length.
+local function insert_by_id(key, id, entry)
+  local first = redis.call('LINDEX', key, 0)
+  if not first or id < string.sub(first, 1, 15) then
+    return redis.call('LPUSH', key, entry)
+  end
+  local at = 1
+  while true do
+    local chunk = redis.call('LRANGE', key, at, at + 127)
+    for _, e in ipairs(chunk) do
+      if string.sub(e, 1, 15) > id then
+        return redis.call('LINSERT', key, 'BEFORE', e, entry)
+      end
+    end
+    if #chunk < 128 then
+      return redis.call('RPUSH', key, entry)
+    end
+    at = at + 128
+  end
+end
+
+-- The lane of a request (see l:LANE:HOST) from its score and id.
+local function lane_of(score, id)
+  if string.byte(id, 1) >= 53 then -- '5': a LIFO id
+    return int_text(score) .. 'L'
+  end
+  return int_text(score)
+end
+
+-- A lane's score in a host's index i:HOST.
+local function lane_rank(lane)
+  local score, lifo = string.match(lane, '^(-?%d+)(L?)$')
+  return string.format('%d', 2 * tonumber(score) + (lifo == 'L' and 1 or 0))
+end
+
+-- Queue request `id` of host `name`: `payload` is its encoded request, or
+-- nil when it is in `p` already (a leased request coming back). A host's
+-- only request stays in (or goes to) `p` ("alone" in its record); others go
+-- to their lane's list: at the end (`how` 'tail', a FIFO add: its id is the
+-- lane's highest), the front ('front', a LIFO add: the lowest) or at their
+-- place by id ('back', a request coming back). Returns true when it became
+-- the host's head: the caller must then place the host.
+local function enqueue(name, state, score, id, payload, how)
   score = tonumber(score)
-  local head = state.head_score
   if state.head_id == nil then
-    state.head_score, state.head_id = score, id
+    if payload then
+      redis.call('HSET', K_P, id, payload)
+    end
+    state.head_score, state.head_id, state.alone = score, id, true
     return true
+  end
+  local head = state.head_score
+  local head_lane = lane_of(head, state.head_id)
+  if state.alone then
+    -- A second request: the first moves from `p` to its list.
+    local first = redis.call('HGET', K_P, state.head_id) or ''
+    redis.call('HDEL', K_P, state.head_id)
+    redis.call('RPUSH', K_L .. head_lane .. ':' .. name, state.head_id .. first)
+    state.alone, state.dirty = false, true
+  end
+  if payload == nil then
+    payload = redis.call('HGET', K_P, id) or ''
+    freed[#freed + 1] = id
+  end
+  local lane = lane_of(score, id)
+  local key = K_L .. lane .. ':' .. name
+  local entry = id .. payload
+  local length
+  if how == 'tail' then
+    length = redis.call('RPUSH', key, entry)
+  elseif how == 'front' then
+    length = redis.call('LPUSH', key, entry)
+  else
+    length = insert_by_id(key, id, entry)
+  end
+  if length == 1 then
+    -- A second lane (at least) for this host: index its lanes.
+    redis.call('ZADD', K_I .. name, lane_rank(head_lane), head_lane, lane_rank(lane), lane)
   end
   if score < head or (score == head and id < state.head_id) then
-    redis.call('ZADD', K_Q .. name, int_text(head), state.head_id)
     state.head_score, state.head_id = score, id
     return true
   end
-  redis.call('ZADD', K_Q .. name, int_text(score), id)
   return false
+end
+
+-- Take the head request off host `name`'s queue and make the next one its
+-- head. Returns the id and payload of the request taken, and whether that
+-- payload is in `p` already (the host's only request).
+local function dequeue(name, state)
+  local id = state.head_id
+  if state.alone then
+    state.head_score, state.head_id, state.alone = nil, nil, false
+    return id, redis.call('HGET', K_P, id) or '', true
+  end
+  local lane = lane_of(state.head_score, id)
+  local key = K_L .. lane .. ':' .. name
+  local entry = redis.call('LPOP', key)
+  if not entry then
+    -- A host filed in `ready` by its head alone (take() did not read its
+    -- record): its only request is in `p`.
+    state.head_score, state.head_id = nil, nil
+    return id, redis.call('HGET', K_P, id) or '', true
+  end
+  local after = redis.call('LINDEX', key, 0)
+  if after then
+    state.head_id = string.sub(after, 1, 15)
+  else
+    local index = K_I .. name
+    local best = false
+    if redis.call('ZREM', index, lane) == 1 then
+      best = redis.call('ZRANGE', index, 0, 0)[1]
+    end
+    if best then
+      after = redis.call('LINDEX', K_L .. best .. ':' .. name, 0)
+    end
+    if after then
+      state.head_score = tonumber(string.match(best, '^-?%d+'))
+      state.head_id = string.sub(after, 1, 15)
+    else
+      state.head_score, state.head_id = nil, nil
+    end
+  end
+  return string.sub(entry, 1, 15), string.sub(entry, 16), false
 end
 
 -- End the lease of request `id`: 'ack' finishes it; 'release' and 'expire'
@@ -536,9 +667,9 @@ local function end_lease(id, record, how)
   local state = host(name)
   state.leased = math.max(0, state.leased - 1)
   if how == 'ack' then
-    acked_ids[#acked_ids + 1] = id
+    freed[#freed + 1] = id
   else
-    enqueue(name, state, score, id)
+    enqueue(name, state, score, id, nil, 'back')
     if how == 'release' then
       n_released = n_released + 1
     elseif how == 'expire' then
@@ -562,9 +693,9 @@ local function drop_ended()
     chunked('HDEL', K_LEASE, ended, 1)
     ended = {}
   end
-  if #acked_ids > 0 then
-    chunked('HDEL', K_P, acked_ids, 1)
-    acked_ids = {}
+  if #freed > 0 then
+    chunked('HDEL', K_P, freed, 1)
+    freed = {}
   end
 end
 
@@ -623,6 +754,7 @@ local function reap()
       end_lease(id, records[i], 'expire')
     else
       ended[#ended + 1] = id -- no record behind it
+      freed[#freed + 1] = id
     end
   end
   drop_ended()
@@ -667,9 +799,11 @@ local function take(n, out, taken, records)
   local token_prefix = OWNER .. ':' .. CALL .. '.'
   local delayed_text = DELAY_MS > 0 and micros_text(NOW + DELAY_MS)
   local deadlines = {}
+  -- id, payload, ...: the payloads of the leased requests, kept in `p`
+  -- until their ack (a request that comes back needs its payload).
+  local kept = {}
   -- Explicit ends: the # operator is a search in this Lua.
-  local o, r, t, first_taken = #out, #records, #taken, #taken + 1
-  local first = o
+  local o, r, t = #out, #records, #taken
   local got = 0
   while got < n do
     local round = redis.call('ZPOPMIN', K_READY, n - got)
@@ -698,13 +832,7 @@ local function take(n, out, taken, records)
       end
       if state.filed == member then -- else a stale entry: dropped
         state.filed = nil
-        local id = state.head_id
-        local after = redis.call('ZPOPMIN', K_Q .. name)
-        if after[1] then
-          state.head_id, state.head_score = after[1], tonumber(after[2])
-        else
-          state.head_id, state.head_score = nil, nil
-        end
+        local id, payload, in_p = dequeue(name, state)
         n_popped = n_popped + 1
         state.leased = state.leased + 1
         local delay = DELAY_MS
@@ -728,8 +856,12 @@ local function take(n, out, taken, records)
         out[o + 1] = id
         out[o + 2] = token
         out[o + 3] = name
-        out[o + 4] = '' -- the payload, read below with the others
+        out[o + 4] = payload
         o = o + 4
+        if not in_p then
+          kept[#kept + 1] = id
+          kept[#kept + 1] = payload
+        end
         t = t + 1
         taken[t] = id
         local head, filed = state.head_score, state.filed
@@ -761,9 +893,8 @@ local function take(n, out, taken, records)
   if got > 0 then
     redis.call('ZADD', K_LEASES, unpack(deadlines))
     lower_bound('expiry', deadline)
-    local payloads = redis.call('HMGET', K_P, unpack(taken, first_taken, t))
-    for i = 1, got do
-      out[first + 4 * i] = payloads[i] or ''
+    if #kept > 0 then
+      chunked('HSET', K_P, kept, 2)
     end
   end
 end
