@@ -48,8 +48,7 @@ def _to_format_5(client: object, prefix: str) -> int:
             continue
         score = struct.unpack(">BIdd", record[:21])[3]
         lanes = client.zrange(prefix + "i:" + name.decode(), 0, -1)  # type: ignore[attr-defined]
-        if not lanes:
-            lanes = [_lane(score, head_id)]
+        lanes.insert(0, _lane(score, head_id))  # the head's lane is not in the index
         for lane in lanes:
             key = prefix.encode() + b"l:" + lane + b":" + name
             lane_score = int(lane.rstrip(b"L"))

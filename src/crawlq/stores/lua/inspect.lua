@@ -1,19 +1,17 @@
 -- The queued requests of one host by score, {score text, count, ...} (a
 -- score may come twice, for its FIFO and LIFO lanes): its only request
--- (record ending in 'p'), or its lists l:LANE:HOST, found from its index
--- i:HOST or, without one, its head.
+-- (record ending in 'p'), or its lists l:LANE:HOST: its head's lane and
+-- those of its index i:HOST.
 local function host_scores(P, name, record)
-  local lanes = redis.call('ZRANGE', P .. 'i:' .. name, 0, -1)
-  if #lanes == 0 then
-    if not record or #record <= 21 then
-      return {}
-    end
-    local score = select(4, struct.unpack('>BI4dd', record))
-    if #record > 36 then
-      return { string.format('%d', score), 1 }
-    end
-    lanes = { lane_of(score, string.sub(record, 22, 36)) }
+  if not record or #record <= 21 then
+    return {}
   end
+  local score = select(4, struct.unpack('>BI4dd', record))
+  if #record > 36 then
+    return { string.format('%d', score), 1 }
+  end
+  local lanes = redis.call('ZRANGE', P .. 'i:' .. name, 0, -1)
+  table.insert(lanes, 1, lane_of(score, string.sub(record, 22, 36)))
   local out = {}
   for _, lane in ipairs(lanes) do
     local count = redis.call('LLEN', P .. 'l:' .. lane .. ':' .. name)

@@ -33,10 +33,9 @@
 --                    more, where a hash of id -> payload cost ~70 (Redis
 --                    keeps small hashes packed only for values of at most 64
 --                    bytes).
---   i:HOST   zset    the lanes of a host's non-empty lists, score = 2 S (+ 1
---                    for an L lane), member = LANE: made when a host has a
---                    second lane, then listing every lane it has (it may
---                    linger with one; absent, the host has one lane at most)
+--   i:HOST   zset    the lanes of a host's non-empty lists but its head's,
+--                    score = 2 S (+ 1 for an L lane), member = LANE: when
+--                    the head's lane empties, ZPOPMIN gives the next one
 --   q:HOST   zset    (format 5, read only by upgrade_queues) queued ids but
 --                    the head: score = -priority, member = 15-digit id
 --   p        hash    id -> encoded request of a leased request, and of the
@@ -607,15 +606,19 @@ local function enqueue(name, state, score, id, payload, how)
   else
     length = insert_by_id(key, id, entry)
   end
+  -- Lanes sort as their requests do: a new lane is the head's, or another.
+  local first = score < head or (score == head and id < state.head_id)
   if length == 1 then
-    -- A second lane (at least) for this host: index its lanes.
-    redis.call('ZADD', K_I .. name, lane_rank(head_lane), head_lane, lane_rank(lane), lane)
+    if first then
+      redis.call('ZADD', K_I .. name, lane_rank(head_lane), head_lane)
+    else
+      redis.call('ZADD', K_I .. name, lane_rank(lane), lane)
+    end
   end
-  if score < head or (score == head and id < state.head_id) then
+  if first then
     state.head_score, state.head_id = score, id
-    return true
   end
-  return false
+  return first
 end
 
 -- Take the head request off host `name`'s queue and make the next one its
@@ -640,11 +643,7 @@ local function dequeue(name, state)
   if after then
     state.head_id = string.sub(after, 1, 15)
   else
-    local index = K_I .. name
-    local best = false
-    if redis.call('ZREM', index, lane) == 1 then
-      best = redis.call('ZRANGE', index, 0, 0)[1]
-    end
+    local best = redis.call('ZPOPMIN', K_I .. name)[1]
     if best then
       after = redis.call('LINDEX', K_L .. best .. ':' .. name, 0)
     end

@@ -88,7 +88,7 @@ local function upgrade_queues(keys, args)
           end
           for _, lane in ipairs(order) do
             chunked('RPUSH', K_L .. lane .. ':' .. name, lists[lane], 1)
-            if not distinct[lane] then
+            if not distinct[lane] and lane ~= head_lane then
               distinct[lane] = true
               index[#index + 1] = lane_rank(lane)
               index[#index + 1] = lane
@@ -96,7 +96,7 @@ local function upgrade_queues(keys, args)
           end
           chunked('HDEL', K_P, { unpack(ids, from, to) }, 1)
         end
-        if #index > 2 then
+        if #index > 0 then
           chunked('ZADD', K_I .. name, index, 2)
         end
         redis.call('DEL', K_Q .. name)
