@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import pytest
 
@@ -30,13 +30,22 @@ def _lane(score: float, request_id: bytes) -> bytes:
     return b"%d%s" % (score, b"L" if request_id[:1] >= b"5" else b"")
 
 
-def _to_format_5(client: object, prefix: str) -> int:
+def _to_format_5(client: object, prefix: str, fingerprints: Sequence[bytes] = ()) -> int:
     """Rewrite a format-6 crawl's queue as crawlq with key format 5 kept it.
 
     Format 5: a host's head request is named by its record and the rest sit
     in zset q:HOST (score -priority, member id); every payload is in hash
-    `p` by id. Returns how many queued requests were moved.
+    `p` by id; the dedup buckets' fields are 12 bytes, not 11 (meta has no
+    sw): given the crawl's ``fingerprints``, they are rewritten so. Returns
+    how many queued requests were moved.
     """
+    if fingerprints:
+        by_field = {fingerprint[:11]: fingerprint[:12] for fingerprint in fingerprints}
+        for key in client.keys(prefix + "s:*"):  # type: ignore[attr-defined]
+            fields = client.hkeys(key)  # type: ignore[attr-defined]
+            client.delete(key)  # type: ignore[attr-defined]
+            client.hset(key, mapping={by_field[f]: b"" for f in fields})  # type: ignore[attr-defined]
+        client.hdel(prefix + "meta", "sw")  # type: ignore[attr-defined]
     moved = 0
     for name, record in client.hgetall(prefix + "hosts").items():  # type: ignore[attr-defined]
         if len(record) <= 21:
@@ -64,14 +73,21 @@ def _to_format_5(client: object, prefix: str) -> int:
     return moved
 
 
+_MIXED = [
+    *(Request(f"https://a.example/p{i}", priority=2) for i in range(3)),
+    *(Request(f"https://a.example/n{i}", priority=-1) for i in range(4)),
+    Request("https://b.example/only", meta={"k": [1, 2]}),
+    *(Request(f"https://c.example/{i}", priority=i % 3) for i in range(40)),
+]
+
+
 def _mixed_crawl(frontier: crawlq.Frontier) -> Iterator[Request]:
     """Adds of several priorities, lanes and hosts; yields requests it keeps leased."""
     frontier.add_many([Request(f"https://a.example/f{i}") for i in range(150)])
     frontier.add_many([Request(f"https://a.example/l{i}") for i in range(5)], lifo=True)
-    frontier.add_many([Request(f"https://a.example/p{i}", priority=2) for i in range(3)])
-    frontier.add_many([Request(f"https://a.example/n{i}", priority=-1) for i in range(4)])
-    frontier.add(Request("https://b.example/only", meta={"k": [1, 2]}))
-    frontier.add_many([Request(f"https://c.example/{i}", priority=i % 3) for i in range(40)])
+    frontier.add_many(_MIXED[:7])
+    frontier.add(_MIXED[7])
+    frontier.add_many(_MIXED[8:])
     kept = frontier.pop()
     assert kept is not None
     yield kept
@@ -89,7 +105,10 @@ def test_a_crawl_of_key_format_5_is_upgraded_in_place(redis_url: str) -> None:
     frontier.close()
     client = _client(redis_url)
     prefix = "crawlq:{format5}:"
-    assert _to_format_5(client, prefix) == 202
+    urls = [f"https://a.example/{k}{i}" for k, n in (("f", 150), ("l", 5)) for i in range(n)]
+    fingerprint = frontier.fingerprinter.fingerprint
+    seen = [fingerprint(Request(u)) for u in urls] + [fingerprint(r) for r in _MIXED]
+    assert _to_format_5(client, prefix, seen) == 202
     assert client.exists(prefix + "q:a.example") == 1  # type: ignore[attr-defined]
     reopened = crawlq.open_frontier(url, prefetch=1, ack_delay=0)
     assert client.hget(prefix + "meta", "format") == b"6"  # type: ignore[attr-defined]
@@ -103,6 +122,11 @@ def test_a_crawl_of_key_format_5_is_upgraded_in_place(redis_url: str) -> None:
     priorities = redis_store.inspect(url).priorities
     assert priorities == redis_store.inspect(twin_url).priorities
     assert priorities == [(2, 3 + 13 - 1), (1, 13), (0, 150 + 5 + 1 + 14), (-1, 4)]  # 1 leased
+    # Its dedup keeps 12-byte fields (no sw in meta), new ones too.
+    assert reopened.add_many(["https://a.example/f7", "https://a.example/new"]) == [False, True]
+    fields = [f for k in client.keys(prefix + "s:*") for f in client.hkeys(k)]  # type: ignore[attr-defined]
+    assert len(fields) == 204 and {len(f) for f in fields} == {12}
+    twin.add(Request("https://a.example/new"))
     # The lease taken before the upgrade is still the crawl's: its ack counts.
     reopened.ack(kept)
     twin.ack(twin_kept)
@@ -112,7 +136,7 @@ def test_a_crawl_of_key_format_5_is_upgraded_in_place(redis_url: str) -> None:
         side.release_many([r for r in reversed(taken) if r is not None])
     order = _drain(reopened)
     assert order == _drain(twin)
-    assert len(order) == 202 and len(set(order)) == 202
+    assert len(order) == 203 and len(set(order)) == 203
     assert client.keys(prefix + "l:*") == [] and client.hlen(prefix + "p") == 0  # type: ignore[attr-defined]
     client.close()  # type: ignore[attr-defined]
     reopened.close()

@@ -299,8 +299,10 @@ end
 -- Exact dedup (format 5). Fingerprints sit in small hashes, "buckets"
 -- (s:B), which Redis keeps listpack-encoded while they hold at most
 -- hash-max-listpack-entries (512 by default): a field of a fingerprint's
--- first 12 bytes (96 bits decide a duplicate) and an empty value, about 16
--- bytes each, where a set of 16-byte members costs 79. Buckets are found by
+-- first W bytes (meta sw; 11 since format 6, 12 before: 88 bits decide a
+-- duplicate, so a crawl of 10^9 URLs has a chance of 2 in 10^9 of one
+-- false duplicate) and an empty value, about W + 4 bytes each, where a set
+-- of 16-byte members costs 79. Buckets are found by
 -- linear hashing on the first 4 bytes, x: with level L and split pointer S
 -- (meta sl, sp), the bucket is x mod 2^L, or x mod 2^(L+1) when that is
 -- below S. Once the count (meta ns) passes SEEN_LOAD per bucket, bucket S
@@ -310,13 +312,14 @@ end
 -- lookup is one HEXISTS on a listpack.
 local SEEN_LOAD = 48
 
--- The bucket state {level, split, count, changed} of the crawl, read once
--- per call; false for a crawl from before format 5 (its `seen` set).
+-- The bucket state {level, split, count, changed, field width} of the
+-- crawl, read once per call; false for a crawl from before format 5 (its
+-- `seen` set).
 local function seen_state()
   if SEEN == nil then
-    local m = redis.call('HMGET', K_META, 'sl', 'sp', 'ns')
+    local m = redis.call('HMGET', K_META, 'sl', 'sp', 'ns', 'sw')
     if m[1] then
-      SEEN = { tonumber(m[1]), tonumber(m[2]), tonumber(m[3]), false }
+      SEEN = { tonumber(m[1]), tonumber(m[2]), tonumber(m[3]), false, tonumber(m[4] or '12') }
     else
       SEEN = false
     end
@@ -363,7 +366,7 @@ local function seen_add(fingerprint)
   if not state then
     return redis.call('SADD', K_SEEN, fingerprint) == 1
   end
-  local field = string.sub(fingerprint, 1, 12)
+  local field = string.sub(fingerprint, 1, state[5])
   if redis.call('HSETNX', seen_bucket(state, fingerprint), field, '') == 0 then
     return false
   end
@@ -380,7 +383,8 @@ local function seen_has(fingerprint)
   if not state then
     return redis.call('SISMEMBER', K_SEEN, fingerprint) == 1
   end
-  return redis.call('HEXISTS', seen_bucket(state, fingerprint), string.sub(fingerprint, 1, 12)) == 1
+  local field = string.sub(fingerprint, 1, state[5])
+  return redis.call('HEXISTS', seen_bucket(state, fingerprint), field) == 1
 end
 
 -- Drop a fingerprint from the exact seen set; true if it was there.
@@ -389,7 +393,8 @@ local function seen_remove(fingerprint)
   if not state then
     return redis.call('SREM', K_SEEN, fingerprint) == 1
   end
-  if redis.call('HDEL', seen_bucket(state, fingerprint), string.sub(fingerprint, 1, 12)) == 0 then
+  local field = string.sub(fingerprint, 1, state[5])
+  if redis.call('HDEL', seen_bucket(state, fingerprint), field) == 0 then
     return false
   end
   state[3], state[4] = state[3] - 1, true

@@ -16,8 +16,9 @@ local function open(keys, args)
     -- crawl step's server instructions, measured with callgrind).
     redis.call('HSET', meta, 'seq', 0)
     if args[3] == '0' and args[7] ~= '1' then
-      -- Exact dedup in buckets (lib.lua): one bucket to start with.
-      redis.call('HSET', meta, 'sl', 0, 'sp', 0, 'ns', 0)
+      -- Exact dedup in buckets (lib.lua): one bucket to start with, fields
+      -- of 11 bytes.
+      redis.call('HSET', meta, 'sl', 0, 'sp', 0, 'ns', 0, 'sw', 11)
     end
     redis.call('HSET', meta, 'accepted', 0, 'popped', 0, 'format', args[1], 'lifo', args[2],
       'bloom_bits', args[3], 'bloom_hashes', args[4], 'bloom_capacity', args[5],
