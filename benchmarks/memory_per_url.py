@@ -141,10 +141,34 @@ def measure(primaries: int, impl: str, count: int, root: Path) -> dict[str, floa
     return {"seen": (seen_only - empty) / count, "queued": (full - seen_only) / count}
 
 
-def table(count: int, hosts: int) -> list[str]:
-    """The Markdown table of every setup for ``count`` URLs over ``hosts`` hosts."""
+#: ``maxmemory`` per primary assumed by the capacity table, in GB (10^9 bytes).
+PRIMARY_GB = 16
+
+
+def capacity(figures: dict[str, float]) -> list[str]:
+    """How many seen URLs or queued requests 3, 10 or 30 primaries hold, from ``figures``."""
+    lines = [
+        f"Capacity by memory, from the cluster's figures above ({PRIMARY_GB} GB of `maxmemory` "
+        "per primary, all of it for the crawl; a crawl's seen set only grows, its queue "
+        "comes and goes): primaries x GB / bytes per URL.",
+        "",
+        "| primaries | seen URLs | or queued requests |",
+        "| ---: | ---: | ---: |",
+    ]
+    for primaries in (3, 10, 30):
+        budget = primaries * PRIMARY_GB * 1e9
+        lines.append(
+            f"| {primaries} | {budget / figures['seen'] / 1e9:.1f} billion | "
+            f"{budget / figures['queued'] / 1e6:,.0f} million |"
+        )
+    return lines
+
+
+def table(count: int, hosts: int) -> tuple[list[str], dict[str, dict[str, float]]]:
+    """The Markdown table of every setup for ``count`` URLs over ``hosts`` hosts; its figures."""
     global HOSTS
     HOSTS = hosts
+    rows: dict[str, dict[str, float]] = {}
     lines = [
         "| implementation | bytes per seen URL | bytes per queued request | queued - URL length |",
         "| --- | ---: | ---: | ---: |",
@@ -153,11 +177,12 @@ def table(count: int, hosts: int) -> list[str]:
         for label, primaries, impl in SETUPS:
             figures = measure(primaries, impl, count, Path(tmp))
             print(f"{hosts} hosts, {label}: {figures}", file=sys.stderr, flush=True)
+            rows[label] = figures
             lines.append(
                 f"| {label} | {figures['seen']:.1f} | {figures['queued']:.1f} | "
                 f"{figures['queued'] - URL_LENGTH:+.1f} |"
             )
-    return lines
+    return lines, rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -196,8 +221,13 @@ def main(argv: list[str] | None = None) -> int:
         "",
         environment().replace(", copied at the start", ""),
     ]
+    first = None
     for hosts in spreads:
-        lines += ["", f"Over {hosts:,} hosts:", "", *table(args.requests, hosts)]
+        rows, figures = table(args.requests, hosts)
+        lines += ["", f"Over {hosts:,} hosts:", "", *rows]
+        first = first or figures[SETUPS[1][0]]
+    assert first is not None
+    lines += ["", *capacity(first)]
     lines += [
         "",
         "Targets (issue 15): a seen URL at most 24 bytes with exact dedup; a queued request "
