@@ -6,31 +6,27 @@ import struct
 from collections.abc import Callable, Iterator, Sequence
 
 import pytest
+import redis
 
 import crawlq
 from crawlq import Request
 from crawlq.stores import redis as redis_store
+from tests.conformance.test_frontier import drain, urls
 
 
-def _client(redis_url: str) -> object:
-    import redis
-
+def _client(redis_url: str) -> redis.Redis:
     return redis.Redis.from_url(redis_url)
 
 
 def _drain(frontier: crawlq.Frontier) -> list[str]:
-    urls = []
-    while (request := frontier.pop()) is not None:
-        urls.append(request.url)
-        frontier.ack(request)
-    return urls
+    return urls(drain(frontier))
 
 
 def _lane(score: float, request_id: bytes) -> bytes:
     return b"%d%s" % (score, b"L" if request_id[:1] >= b"5" else b"")
 
 
-def _to_format_5(client: object, prefix: str, fingerprints: Sequence[bytes] = ()) -> int:
+def _to_format_5(client: redis.Redis, prefix: str, fingerprints: Sequence[bytes] = ()) -> int:
     """Rewrite a format-6 crawl's queue as crawlq with key format 5 kept it.
 
     Format 5: a host's head request is named by its record and the rest sit
@@ -41,35 +37,35 @@ def _to_format_5(client: object, prefix: str, fingerprints: Sequence[bytes] = ()
     """
     if fingerprints:
         by_field = {fingerprint[:11]: fingerprint[:12] for fingerprint in fingerprints}
-        for key in client.keys(prefix + "s:*"):  # type: ignore[attr-defined]
-            fields = client.hkeys(key)  # type: ignore[attr-defined]
-            client.delete(key)  # type: ignore[attr-defined]
-            client.hset(key, mapping={by_field[f]: b"" for f in fields})  # type: ignore[attr-defined]
-        client.hdel(prefix + "meta", "sw")  # type: ignore[attr-defined]
+        for key in client.keys(prefix + "s:*"):
+            fields = client.hkeys(key)
+            client.delete(key)
+            client.hset(key, mapping={by_field[f]: b"" for f in fields})
+        client.hdel(prefix + "meta", "sw")
     moved = 0
-    for name, record in client.hgetall(prefix + "hosts").items():  # type: ignore[attr-defined]
+    for name, record in client.hgetall(prefix + "hosts").items():
         if len(record) <= 21:
             continue
         head_id = record[21:36]
         if len(record) > 36:  # a host's only request, in "p" already
-            client.hset(prefix + "hosts", name, record[:36])  # type: ignore[attr-defined]
+            client.hset(prefix + "hosts", name, record[:36])
             moved += 1
             continue
         score = struct.unpack(">BIdd", record[:21])[3]
-        lanes = client.zrange(prefix + "i:" + name.decode(), 0, -1)  # type: ignore[attr-defined]
+        lanes = client.zrange(prefix + "i:" + name.decode(), 0, -1)
         lanes.insert(0, _lane(score, head_id))  # the head's lane is not in the index
         for lane in lanes:
             key = prefix.encode() + b"l:" + lane + b":" + name
             lane_score = int(lane.rstrip(b"L"))
-            for entry in client.lrange(key, 0, -1):  # type: ignore[attr-defined]
+            for entry in client.lrange(key, 0, -1):
                 request_id, payload = entry[:15], entry[15:]
-                client.hset(prefix + "p", request_id, payload)  # type: ignore[attr-defined]
+                client.hset(prefix + "p", request_id, payload)
                 if request_id != head_id:
-                    client.zadd(prefix.encode() + b"q:" + name, {request_id: lane_score})  # type: ignore[attr-defined]
+                    client.zadd(prefix.encode() + b"q:" + name, {request_id: lane_score})
                 moved += 1
-            client.delete(key)  # type: ignore[attr-defined]
-        client.delete(prefix + "i:" + name.decode())  # type: ignore[attr-defined]
-    client.hset(prefix + "meta", "format", "5")  # type: ignore[attr-defined]
+            client.delete(key)
+        client.delete(prefix + "i:" + name.decode())
+    client.hset(prefix + "meta", "format", "5")
     return moved
 
 
@@ -105,16 +101,16 @@ def test_a_crawl_of_key_format_5_is_upgraded_in_place(redis_url: str) -> None:
     frontier.close()
     client = _client(redis_url)
     prefix = "crawlq:{format5}:"
-    urls = [f"https://a.example/{k}{i}" for k, n in (("f", 150), ("l", 5)) for i in range(n)]
+    added = [f"https://a.example/{k}{i}" for k, n in (("f", 150), ("l", 5)) for i in range(n)]
     fingerprint = frontier.fingerprinter.fingerprint
-    seen = [fingerprint(Request(u)) for u in urls] + [fingerprint(r) for r in _MIXED]
+    seen = [fingerprint(Request(u)) for u in added] + [fingerprint(r) for r in _MIXED]
     assert _to_format_5(client, prefix, seen) == 202
-    assert client.exists(prefix + "q:a.example") == 1  # type: ignore[attr-defined]
+    assert client.exists(prefix + "q:a.example") == 1
     reopened = crawlq.open_frontier(url, prefetch=1, ack_delay=0)
-    assert client.hget(prefix + "meta", "format") == b"6"  # type: ignore[attr-defined]
-    assert client.hget(prefix + "meta", "upgrade") is None  # type: ignore[attr-defined]
-    assert client.keys(prefix + "q:*") == []  # type: ignore[attr-defined]
-    assert client.hlen(prefix + "p") == 1  # type: ignore[attr-defined]  # the leased one
+    assert client.hget(prefix + "meta", "format") == b"6"
+    assert client.hget(prefix + "meta", "upgrade") is None
+    assert client.keys(prefix + "q:*") == []
+    assert client.hlen(prefix + "p") == 1  # the leased one
     assert len(reopened) == 203 and len(twin) == 203  # 202 queued, 1 leased
     hosts = {h.host: h.queued for h in reopened.stats(hosts=10).hosts or ()}
     assert hosts == {h.host: h.queued for h in twin.stats(hosts=10).hosts or ()}
@@ -124,7 +120,7 @@ def test_a_crawl_of_key_format_5_is_upgraded_in_place(redis_url: str) -> None:
     assert priorities == [(2, 3 + 13 - 1), (1, 13), (0, 150 + 5 + 1 + 14), (-1, 4)]  # 1 leased
     # Its dedup keeps 12-byte fields (no sw in meta), new ones too.
     assert reopened.add_many(["https://a.example/f7", "https://a.example/new"]) == [False, True]
-    fields = [f for k in client.keys(prefix + "s:*") for f in client.hkeys(k)]  # type: ignore[attr-defined]
+    fields = [f for k in client.keys(prefix + "s:*") for f in client.hkeys(k)]
     assert len(fields) == 204 and {len(f) for f in fields} == {12}
     twin.add(Request("https://a.example/new"))
     # The lease taken before the upgrade is still the crawl's: its ack counts.
@@ -137,8 +133,8 @@ def test_a_crawl_of_key_format_5_is_upgraded_in_place(redis_url: str) -> None:
     order = _drain(reopened)
     assert order == _drain(twin)
     assert len(order) == 203 and len(set(order)) == 203
-    assert client.keys(prefix + "l:*") == [] and client.hlen(prefix + "p") == 0  # type: ignore[attr-defined]
-    client.close()  # type: ignore[attr-defined]
+    assert client.keys(prefix + "l:*") == [] and client.hlen(prefix + "p") == 0
+    client.close()
     reopened.close()
     twin.close()
     redis_store.purge(url)
@@ -154,17 +150,17 @@ def test_an_interrupted_upgrade_is_finished_by_the_next_open(redis_url: str) -> 
     prefix = "crawlq:{halfway}:"
     _to_format_5(client, prefix)
     # What an opener that was killed after one call of upgrade_queues left.
-    client.hset(prefix + "meta", mapping={"format": "6", "upgrade": "0"})  # type: ignore[attr-defined]
+    client.hset(prefix + "meta", mapping={"format": "6", "upgrade": "0"})
     from crawlq.stores._redis_conn import library
 
     function = library().function["upgrade"]
-    client.fcall(function.decode(), 1, prefix, 50)  # type: ignore[attr-defined]
-    assert 0 < len(client.keys(prefix + "q:*")) < 600  # type: ignore[attr-defined]
+    client.fcall(function.decode(), 1, prefix, 50)
+    assert 0 < len(client.keys(prefix + "q:*")) < 600
     with crawlq.open_frontier(url) as frontier:
-        assert client.keys(prefix + "q:*") == []  # type: ignore[attr-defined]
-        urls = _drain(frontier)
-    assert sorted(urls) == sorted(f"https://h{i % 600}.example/{i}" for i in range(1800))
-    client.close()  # type: ignore[attr-defined]
+        assert client.keys(prefix + "q:*") == []
+        drained = _drain(frontier)
+    assert sorted(drained) == sorted(f"https://h{i % 600}.example/{i}" for i in range(1800))
+    client.close()
     redis_store.purge(url)
 
 
@@ -201,9 +197,9 @@ def test_a_queued_request_costs_its_url_and_at_most_80_bytes(redis_url: str) -> 
                 [Request(base + f"{i:06d}".rjust(100 - len(base), "x")) for i in range(1000)]
             )
         keys = [prefix + "hosts", prefix + "ready", prefix + "p"]
-        keys += [k.decode() for k in client.keys(prefix + "l:*")]  # type: ignore[attr-defined]
-        used = sum(client.memory_usage(k, samples=0) or 0 for k in keys)  # type: ignore[attr-defined]
+        keys += [k.decode() for k in client.keys(prefix + "l:*")]
+        used = sum(client.memory_usage(k, samples=0) or 0 for k in keys)
         per_request = used / 10_000
         assert 100 < per_request <= 180, per_request
-    client.close()  # type: ignore[attr-defined]
+    client.close()
     redis_store.purge(url)

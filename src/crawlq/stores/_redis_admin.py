@@ -80,10 +80,10 @@ def meta_counts(meta: Mapping[str, str], leased: int) -> tuple[int, Counters]:
     return queued, server_counters(figures, leased)
 
 
-def _scan_hosts(link: Link, prefix: bytes) -> dict[str, tuple[int, int, bool, float]]:
-    """Every host with state: its lease count, 1 if it has a head request,
-    whether it is at its concurrency limit, and when its delay ends (ms)."""
-    leased: dict[str, tuple[int, int, bool, float]] = {}
+def _scan_hosts(link: Link, prefix: bytes) -> dict[str, tuple[int, bool, float]]:
+    """Every host with state: its lease count, whether it is at its
+    concurrency limit with requests queued, and when its delay ends (ms)."""
+    leased: dict[str, tuple[int, bool, float]] = {}
     cursor = b"0"
     while True:
         cursor, flat = link.command(
@@ -94,7 +94,7 @@ def _scan_hosts(link: Link, prefix: bytes) -> dict[str, tuple[int, int, bool, fl
             state = flat[i + 1]
             flag, held, ready = _STATE_HEAD.unpack_from(state)
             head = len(state) > _STATE_SIZE
-            leased[flat[i].decode()] = (held, int(head), head and flag == _FLAG_FULL, ready)
+            leased[flat[i].decode()] = (held, head and flag == _FLAG_FULL, ready)
         if cursor in (b"0", 0):
             return leased
 
@@ -135,7 +135,7 @@ def host_counts(link: Link, prefix: bytes, limit: int, prefetched: Mapping[str, 
     overrides = {policies[i].decode(): _policy(policies[i + 1]) for i in range(0, len(policies), 2)}
 
     def timing(name: str) -> tuple[float, bool]:
-        _, _, full, ready = leased.get(name, (0, 0, False, 0.0))
+        _, full, ready = leased.get(name, (0, False, 0.0))
         return max(0.0, (ready - now) / 1000), full
 
     details = host_details(busy, blocked, overrides, lambda name: 0, limit, now / 1000, timing)

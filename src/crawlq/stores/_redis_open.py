@@ -137,19 +137,10 @@ def _upgrade_queues(link: Link, location: RedisURL) -> None:
         location.display,
         FORMAT,
     )
-    function = link.library.function["upgrade"]
-    while (
-        link.command(
-            b"FCALL",
-            function,
-            1,
-            location.prefix.encode(),
-            str(_UPGRADE_HOSTS),
-            doing="upgrading the crawl's keys",
-        )
-        != 1
-    ):
-        pass
+    call = (b"FCALL", link.library.function["upgrade"], 1, location.prefix.encode())
+    done = 0
+    while done != 1:  # 1 once every host is moved
+        done = link.command(*call, str(_UPGRADE_HOSTS), doing="upgrading the crawl's keys")
 
 
 def _check_stored(

@@ -15,7 +15,7 @@
 --   seen     set     16-byte fingerprints (exact dedup of a crawl created
 --                    before format 5; newer ones use s:B)
 --   s:B      hash    exact dedup since format 5: fingerprints in buckets
---                    (see "Exact dedup" below); meta keeps sl, sp, ns
+--                    (see "Exact dedup" below); meta keeps sl, sp, ns, sw
 --   bloom    string  Bloom filter bits (Bloom dedup)
 --   l:LANE:HOST list  queued requests of one host in one lane, in the order
 --                    they go out: each entry is the 15-digit id then the
@@ -588,12 +588,11 @@ local function enqueue(name, state, score, id, payload, how)
     return true
   end
   local head = state.head_score
-  local head_lane = lane_of(head, state.head_id)
   if state.alone then
     -- A second request: the first moves from `p` to its list.
     local first = redis.call('HGET', K_P, state.head_id) or ''
     redis.call('HDEL', K_P, state.head_id)
-    redis.call('RPUSH', K_L .. head_lane .. ':' .. name, state.head_id .. first)
+    redis.call('RPUSH', K_L .. lane_of(head, state.head_id) .. ':' .. name, state.head_id .. first)
     state.alone, state.dirty = false, true
   end
   if payload == nil then
@@ -615,6 +614,7 @@ local function enqueue(name, state, score, id, payload, how)
   local first = score < head or (score == head and id < state.head_id)
   if length == 1 then
     if first then
+      local head_lane = lane_of(head, state.head_id)
       redis.call('ZADD', K_I .. name, lane_rank(head_lane), head_lane)
     else
       redis.call('ZADD', K_I .. name, lane_rank(lane), lane)
