@@ -59,7 +59,7 @@ __all__ = ["OPTIONS", "SqliteStore", "open_store"]
 OPTIONS: Final = ("synchronous",)
 
 _FLUSH_ROWS: Final = 4096  # logged requests and acks held before a flush
-_FLUSH_OPS: Final = 1024  # log rows held before a flush
+_FLUSH_OPS: Final = 4096  # log rows held before a flush
 _FLUSH_AGE: Final = 0.25  # seconds a log row may wait for a flush
 _INBOX_EVERY: Final = 1.0  # seconds between two looks at the inbox (see _sqlite_controls)
 _TOTALS_EVERY: Final = 1.0  # seconds a writing crawler's counters may go unsaved
