@@ -286,6 +286,16 @@ class Frontier(HostControls):
         self._check_open()
         return self._store.add(entries, leases) if entries or leases else []
 
+    def _expect_pops(self, count: int) -> None:
+        """Tell a store that prefetches (Redis) that ``count`` pops follow its next call.
+
+        For `Scheduler`: the requests are then leased in the round trip of the
+        batch's write, after it. A no-op for the other stores.
+        """
+        expect = getattr(self._store, "expect_pops", None)
+        if expect is not None:
+            expect(count)
+
     def _finish(self, leases: Sequence[Lease], *, done: bool) -> None:
         """Ack (``done``) or release checked leases (for `Scheduler`)."""
         self._check_open()

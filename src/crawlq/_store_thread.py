@@ -100,6 +100,9 @@ def run_batch(frontier: Frontier, batch: Batch) -> Outcome:
                 frontier._finish(batch.releases, done=False)
             except CrawlqError as exc:
                 out.unwritten_releases, out.write_error = batch.releases, exc
+        if batch.pops:
+            # Leased with the write below (or the first pop), behind its links.
+            frontier._expect_pops(batch.pops)
         if batch.adds:
             entries = [entry for add in batch.adds for entry in add.entries]
             leases = [lease for add in batch.adds for lease in add.leases]
@@ -127,6 +130,8 @@ def run_batch(frontier: Frontier, batch: Batch) -> Outcome:
                 out.ready_in = frontier.next_ready_in()
         except CrawlqError as exc:
             out.pop_error = exc
+        if batch.pops:
+            frontier._expect_pops(0)  # served: no later call leases for it
         if batch.counts:
             try:
                 out.counts = frontier._counts()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import time
 from collections.abc import Iterator
@@ -571,6 +572,81 @@ def test_acks_ride_the_next_refill(url: str) -> None:
             assert (again.stats().queued, again.stats().leased) == (0, 0)  # close sent them
     assert calls[0.0] >= 200
     assert calls[3600.0] <= 20
+
+
+def test_expected_pops_are_leased_behind_the_write_in_its_round_trip(url: str) -> None:
+    """A write told that pops follow leases them after its changes, in order, in one call."""
+    frontier = crawlq.open_frontier(url)
+    store = frontier._store
+    assert isinstance(store, redis_store.RedisStore)
+    frontier.add_many([Request(f"https://h{p}.example/", priority=p) for p in (5, 4, 3, 2, 1)])
+    frontier._expect_pops(2)
+    first = frontier.pop()  # leases two: 5, and 4 stays prefetched
+    assert first is not None and first.priority == 5
+    assert [r.priority for r, _ in store._buffer] == [4]
+    # A child worse than every prefetched request: those stay, two more follow them.
+    frontier._expect_pops(3)
+    before = store._calls
+    added = frontier._write([frontier._entry(Request("https://c.example/0", priority=0))], [])
+    assert added == [True] and store._calls == before + 1
+    assert [r.priority for r, _ in store._buffer] == [4, 3, 2]
+    # A child at least as good as the last prefetched one: the batch goes back
+    # and is leased again behind it, in the same call.
+    frontier._expect_pops(3)
+    frontier._write([frontier._entry(Request("https://c.example/9", priority=9))], [])
+    assert store._calls == before + 2
+    assert [r.priority for r, _ in store._buffer] == [9, 4, 3]
+    popped = [frontier.pop() for _ in range(3)]
+    assert store._calls == before + 2  # served from the batch
+    assert [r.priority for r in popped if r is not None] == [9, 4, 3]
+    rest = [r.priority for r in iter(frontier.pop, None)]
+    assert rest == [2, 1, 0]
+    frontier.close()
+
+
+def test_scheduler_leases_each_request_once_per_hand_out(url: str) -> None:
+    """32 coroutines' get / add_many(ack=) loop: pops ride the batch's write, none leased twice.
+
+    Leased ahead of a write that brings better requests, a batch would be
+    given back and leased again (each request leased twice or more).
+    """
+
+    async def crawl() -> tuple[int, int, int]:
+        async with crawlq.Scheduler(crawlq.open_frontier(url)) as scheduler:
+            store = scheduler._frontier._store
+            assert isinstance(store, redis_store.RedisStore)
+            leased = 0
+            take = store._take
+
+            def counting_take(reply: list[object]) -> None:
+                nonlocal leased
+                leased += (len(reply) - 2) // 4
+                take(reply)  # type: ignore[arg-type]
+
+            store._take = counting_take  # type: ignore[method-assign]
+            await scheduler.add_many([Request(f"https://s{i}.example/") for i in range(64)])
+            steps = 0
+
+            async def worker() -> None:
+                nonlocal steps
+                while steps < 600:
+                    request = await scheduler.get()
+                    n = steps = steps + 1
+                    links = [
+                        Request(f"https://h{(n * 5 + k) % 97}.example/{n}/{k}", priority=k - 2)
+                        for k in range(5)
+                    ]
+                    await asyncio.sleep(0)
+                    await scheduler.add_many(links, ack=request)
+
+            before = store._calls
+            await asyncio.gather(*(worker() for _ in range(32)))
+            return steps, leased, store._calls - before
+
+    steps, leased, calls = asyncio.run(crawl())
+    assert steps >= 600
+    assert steps <= leased <= steps + 32  # a batch's getters take what it leased
+    assert calls <= steps / 4  # batches of many coroutines
 
 
 def test_a_host_at_its_limit_never_waits_on_acks_held_here(url: str) -> None:

@@ -208,6 +208,9 @@ class RedisStore(RedisControls):
         self._acks_since = 0.0
         self._prefetch = settings.prefetch
         self._want = 1
+        # Requests the caller will pop right after its next call (see
+        # `expect_pops`): that call leases them, behind its own writes.
+        self._demand = 0
         self._buffer: deque[tuple[Request, bytes]] = deque()
         self._fetched_at = 0.0
         self._fetched_full = False
@@ -370,20 +373,23 @@ class RedisStore(RedisControls):
         if prefix is None:
             self._suspect = False
             self._lost = None
-        if prefix is None and (reply[1] or (not buffered and len(reply) > 2)):
-            self._take(reply)
+            if reply[1] or len(reply) > 2:
+                self._take(reply)
         return reply
 
     def _take(self, reply: list[Any]) -> None:
-        """Replace the prefetched requests by the ones a function just leased."""
-        buffer: deque[tuple[Request, bytes]] = deque()
+        """Take the requests a function just leased: they replace the prefetched
+        ones if it gave those back (``reply[1]``), else they follow them."""
+        buffer = self._buffer
+        if reply[1] or not buffer:
+            buffer = self._buffer = deque()
+            # The staleness of a batch counts from its oldest lease.
+            self._fetched_at = time.monotonic()
         items = iter(reply[2:])
         for id_, token, host, payload in zip(items, items, items, items, strict=True):
             request = decode_request(payload)
             request._lease = new_lease(Lease, (id_, token, host, self.origin))
             buffer.append((request, host))
-        self._buffer = buffer
-        self._fetched_at = time.monotonic()
 
     def _stale(self) -> bool:
         return self._suspect or time.monotonic() - self._fetched_at > self._lease_timeout / 2
@@ -434,6 +440,8 @@ class RedisStore(RedisControls):
         # request leased in this same call.
         force = bool(buffer) and (self._stale() or any(h in hosts for _, h in buffer))
         refill = len(buffer) if buffer else int(self._popping and bool(pairs))
+        if self._demand:
+            refill, self._demand = max(refill, self._demand), 0
         pending = self._call_start(b"add", refill, force, extra, "adding", None, send)
         return pending, entries, bool(waiting), rest, hosts, numbering is not None
 
@@ -519,6 +527,9 @@ class RedisStore(RedisControls):
             else:
                 self._want = max(1, self._want // 2)
         want = self._want
+        if self._demand:
+            # The caller pops this many now and no more before its next call.
+            want, self._demand = self._demand, 0
         waiting = self._waiting
         if waiting:
             # The acks waiting end their leases first, then the refill is
@@ -545,6 +556,8 @@ class RedisStore(RedisControls):
             # old lease count: its place may change, so give the batch back.
             force = bool(buffer) and (self._stale() or any(h in hosts for _, h in buffer))
             refill = len(buffer) if buffer else int(self._popping)
+            if self._demand:
+                refill, self._demand = max(refill, self._demand), 0
             extra = [mode, b"%d" % (len(chunk) // 2), *chunk]
             self._call(b"ack_or_release", refill, force, extra, doing)
 
@@ -561,6 +574,16 @@ class RedisStore(RedisControls):
         self._waiting_hosts |= hosts
         if len(waiting) >= 2 * _FINISH_CHUNK or now - self._acks_since >= self._ack_delay:
             self.flush()
+
+    def expect_pops(self, count: int) -> None:
+        """Have the next changing call lease ``count`` requests (at most ``prefetch``).
+
+        For a caller that pops that many right after its write (the asyncio
+        `Scheduler`'s batch of waiting getters): they are leased in the
+        write's own round trip, after its changes, so none is leased ahead
+        only to be given back when the write brings better requests.
+        """
+        self._demand = min(count, self._prefetch)
 
     def flush(self) -> None:
         if self._waiting:

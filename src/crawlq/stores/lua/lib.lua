@@ -78,14 +78,16 @@
 -- Arguments common to every changing function (its own ones follow):
 --   1 owner  2 call number (prefixed 'r' when the call is a retry)
 --   3 lease_timeout ms  4 host_delay ms
---   5 host_concurrency (0: no limit)  6 how many requests to lease at the end
+--   5 host_concurrency (0: no limit)  6 how many prefetched requests the
+--   caller wants to hold after the call (those it sends that stay count)
 --   7 score of the caller's last prefetched request ('' if none)
 --   8 '1': give the prefetched requests back whatever happens
 --   9 n prefetched requests, then n (id, token) pairs
 -- A changing function returns {flags, returned, id, token, host, payload, ...}:
 -- flags is add's outcome per request ('1' added, '0' duplicate); returned is
 -- 1 when the prefetched requests were given back (the leased ones that follow
--- replace them).
+-- replace them), 0 when they stay (the leased ones that follow, if any, come
+-- after them).
 
 local FLAG_R, FLAG_D, FLAG_I = 82, 68, 73
 
@@ -940,6 +942,9 @@ end
 -- back if this call may have changed what comes before them (a request at
 -- least as good as the last prefetched one became ready: `best` is the best
 -- such score), lease the refill, save, and remember the outcome for a retry.
+-- Prefetched requests that stay are followed by what is leased now: nothing
+-- that became ready in this caller's calls comes before them (it would have
+-- given them back), so the order stays exact for one worker.
 local function conclude(flags, best)
   local out, taken, records = { flags, 0 }, {}, {}
   give_back_lost()
@@ -958,6 +963,8 @@ local function conclude(flags, best)
       end
       drop_ended()
       take(REFILL, out, taken, records)
+    elseif REFILL > NBUF then
+      take(REFILL - NBUF, out, taken, records)
     end
   else
     take(REFILL, out, taken, records)
