@@ -20,10 +20,14 @@ Prefetch
     release that makes a request at least as good as the last prefetched one
     ready gives the batch back and leases afresh, in that same round trip.
     While the caller keeps popping, an ack or release also leases the next
-    request, so a pop / add / ack loop pays two round trips per step. Other
-    workers' changes, and hosts whose delay ends meanwhile, count from the
-    next round trip. Unserved requests go back at ``close()``, and are given
-    back rather than served once half their ``lease_timeout`` has passed.
+    request, so a pop / add / ack loop pays two round trips per step. A caller
+    that knows how many pops follow its next call (the asyncio `Scheduler`:
+    one per waiting getter) says so with `expect_pops`: that call leases them
+    behind its own changes, and prefetched requests that need not go back
+    stay, the new ones after them. Other workers' changes, and hosts whose
+    delay ends meanwhile, count from the next round trip. Unserved requests
+    go back at ``close()``, and are given back rather than served once half
+    their ``lease_timeout`` has passed.
 
 Settings
     ``lifo`` and the dedup mode (exact, or Bloom with ``bloom_capacity`` and
