@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 import crawlq
 from crawlq import Request, Scheduler
+from crawlq import _store_thread as store_thread
+from crawlq.stores.redis import purge
 from tests.conftest import OpenFrontier
 
 Make = Callable[..., Scheduler]
@@ -564,3 +567,60 @@ async def test_a_producer_holding_nothing_still_waits_for_room(make: Make) -> No
         request = await scheduler.get()
         assert await asyncio.wait_for(adder, 1) == [True]
         scheduler.task_done(request)
+
+
+def _lockstep_batches(frontier: crawlq.Frontier, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Adds per store batch while 32 workers loop get / sleep(0) / add_many / task_done."""
+    sizes: list[int] = []
+    run_batch = store_thread.run_batch
+
+    def recording(frontier: crawlq.Frontier, batch: store_thread.Batch) -> store_thread.Outcome:
+        sizes.append(len(batch.adds))
+        return run_batch(frontier, batch)
+
+    monkeypatch.setattr(store_thread, "run_batch", recording)
+
+    async def crawl() -> int:
+        async with crawlq.Scheduler(frontier) as scheduler:
+            await scheduler.add_many([Request(f"https://s{i}.example/") for i in range(64)])
+            done = 0
+
+            async def worker() -> None:
+                nonlocal done
+                while done < 640:
+                    request = await scheduler.get()
+                    await asyncio.sleep(0)
+                    n = done = done + 1
+                    await scheduler.add_many(
+                        [Request(f"https://h{(n * 5 + k) % 97}.example/{n}/{k}") for k in range(5)]
+                    )
+                    scheduler.task_done(request)
+
+            await asyncio.gather(*(worker() for _ in range(32)))
+            return done
+
+    assert asyncio.run(crawl()) >= 640
+    return [size for size in sizes if size]
+
+
+def test_batches_of_half_the_workers_alternate_on_redis(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Workers in step split into two halves whose batches alternate (Redis only).
+
+    Each half's work then runs while the other half's batch is on the
+    server; a SQLite batch (Python on the store thread) waits for the loop's
+    turn instead, so one commit serves all 32.
+    """
+    frontier = crawlq.open_frontier(f"{redis_url}?crawl=halves")
+    try:
+        sizes = _lockstep_batches(frontier, monkeypatch)
+    finally:
+        purge(f"{redis_url}?crawl=halves")
+    assert max(sizes[5:]) <= 16  # after the first rounds: halves
+    assert sum(sizes[5:]) / len(sizes[5:]) >= 8  # not one by one
+
+
+def test_batches_a_whole_turn_on_sqlite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sizes = _lockstep_batches(crawlq.open_frontier(f"sqlite:///{tmp_path}/job"), monkeypatch)
+    assert sizes[5:] and min(sizes[5:-5]) == 32

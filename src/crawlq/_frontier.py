@@ -286,11 +286,12 @@ class Frontier(HostControls):
         self._check_open()
         return self._store.add(entries, leases) if entries or leases else []
 
-    def _expect_pops(self, count: int) -> None:
+    def _expect_pops(self, count: int | None) -> None:
         """Tell a store that prefetches (Redis) that ``count`` pops follow its next call.
 
         For `Scheduler`: the requests are then leased in the round trip of the
-        batch's write, after it. A no-op for the other stores.
+        batch's write, after it (None: no longer said). A no-op for the other
+        stores.
         """
         expect = getattr(self._store, "expect_pops", None)
         if expect is not None:

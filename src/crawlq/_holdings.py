@@ -54,6 +54,11 @@ class Holdings:
         """True while some watched task is alive."""
         return bool(self._held)
 
+    @property
+    def tasks(self) -> int:
+        """How many live tasks took requests from the scheduler (its workers)."""
+        return len(self._held)
+
     def current_task_holds(self) -> bool:
         """True if the running task holds requests it got from the scheduler."""
         task = asyncio.current_task()

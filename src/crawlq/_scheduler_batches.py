@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from ._batch import with_skipped
 from ._frontier import Frontier, Invalid
-from ._holdings import logger
+from ._holdings import Holdings, logger
 from ._request import Request
 from ._store_thread import Add, Batch, Outcome, StoreThread
 
@@ -32,6 +32,7 @@ class BatchedCalls:
     _queued: int
     _leased: int
     _counts_read: int
+    _holdings: Holdings
 
     if TYPE_CHECKING:
 
@@ -82,6 +83,9 @@ class BatchedCalls:
         batch.counts = self._maxsize > 0 or self._want_counts or bool(self._joiners)
         batch.counts_read = self._counts_read
         self._want_counts = False
+
+    def _workers(self) -> int:
+        return self._holdings.tasks
 
     def _wants_batch(self) -> bool:
         assert self._thread is not None

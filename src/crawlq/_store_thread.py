@@ -10,6 +10,16 @@ then share one commit (SQLite) or one round trip per prefetch (Redis) instead
 of queueing for one each. Blocking retries (the Redis store's back-off)
 happen on that thread, never on the loop.
 
+On a network store (Redis) the thread mostly waits for the server, off the
+GIL, so the loop can work meanwhile: a batch starts as soon as the one before
+it ends if anything is waiting (before the coroutines that batch woke run),
+and as soon as half the workers' adds are in (`StoreThread.kick`). Workers
+that move in step (all woken by one batch) then split into two halves whose
+batches alternate, each half's parsing and fingerprinting running while the
+other half's batch is on the server. A SQLite batch is Python on the thread,
+holding the GIL: it waits for the end of the loop's turn, so one commit
+serves every coroutine ready in it.
+
 Every add's entries are stored with one store call, the acks riding in it, so
 an ack is never durable before links added with it or before it. A failure
 of one part of a batch is kept for the callers of that part: adds get the
@@ -100,9 +110,9 @@ def run_batch(frontier: Frontier, batch: Batch) -> Outcome:
                 frontier._finish(batch.releases, done=False)
             except CrawlqError as exc:
                 out.unwritten_releases, out.write_error = batch.releases, exc
-        if batch.pops:
-            # Leased with the write below (or the first pop), behind its links.
-            frontier._expect_pops(batch.pops)
+        # The pops below are leased with the write (or the first pop), behind
+        # its links; none is leased ahead of a batch without pops.
+        frontier._expect_pops(batch.pops)
         if batch.adds:
             entries = [entry for add in batch.adds for entry in add.entries]
             leases = [lease for add in batch.adds for lease in add.leases]
@@ -130,8 +140,7 @@ def run_batch(frontier: Frontier, batch: Batch) -> Outcome:
                 out.ready_in = frontier.next_ready_in()
         except CrawlqError as exc:
             out.pop_error = exc
-        if batch.pops:
-            frontier._expect_pops(0)  # served: no later call leases for it
+        frontier._expect_pops(None)  # served: later calls are not the batch's
         if batch.counts:
             try:
                 out.counts = frontier._counts()
@@ -164,6 +173,9 @@ class BatchOwner(Protocol):
     def _wants_batch(self) -> bool:
         """True when another batch should start at once after one ends."""
 
+    def _workers(self) -> int:
+        """How many worker tasks take requests from the scheduler."""
+
 
 class StoreThread:
     """Runs a scheduler's batches of store calls on one thread, one batch at a time.
@@ -177,6 +189,8 @@ class StoreThread:
     def __init__(self, frontier: Frontier, owner: BatchOwner) -> None:
         self._frontier = frontier
         self._owner = owner
+        # Batches start early (see the module doc) on a network store.
+        self._early = frontier.shared
         self.pending = Batch()
         self._executor: ThreadPoolExecutor | None = ThreadPoolExecutor(
             1, thread_name_prefix="crawlq-store"
@@ -191,11 +205,23 @@ class StoreThread:
         return self._flight is not None
 
     def kick(self) -> None:
-        """Have the next batch start soon (at once, on this thread, after `close`)."""
-        if self._kicked or self._flight is not None:
+        """Have the next batch start soon (at once, on this thread, after `close`).
+
+        Soon is the loop's next turn, so that coroutines running in this one
+        join the batch; on a network store, at once when half the workers'
+        adds are waiting (see the module doc).
+        """
+        if self._flight is not None:
             return
         if self._executor is None:
             self._run_here()
+            return
+        if self._early:
+            workers = self._owner._workers()
+            if workers >= 4 and 2 * len(self.pending.adds) >= workers:
+                self._start()
+                return
+        if self._kicked:
             return
         self._kicked = True
         asyncio.get_running_loop().call_soon(self._start)
@@ -228,6 +254,10 @@ class StoreThread:
             self._owner._fail(batch, exc)
             return
         self._owner._settle(batch, outcome)
+        if self._early and self.pending:
+            # Before the coroutines woken above run: their work overlaps it.
+            self._start()
+            return
         if self._owner._wants_batch():
             self.kick()
 

@@ -213,8 +213,9 @@ class RedisStore(RedisControls):
         self._prefetch = settings.prefetch
         self._want = 1
         # Requests the caller will pop right after its next call (see
-        # `expect_pops`): that call leases them, behind its own writes.
-        self._demand = 0
+        # `expect_pops`): that call leases them, behind its own writes. None:
+        # not said, so guess (a caller that keeps popping gets one).
+        self._demand: int | None = None
         self._buffer: deque[tuple[Request, bytes]] = deque()
         self._fetched_at = 0.0
         self._fetched_full = False
@@ -443,9 +444,10 @@ class RedisStore(RedisControls):
         # gives the batch back, and a caller that keeps popping gets the next
         # request leased in this same call.
         force = bool(buffer) and (self._stale() or any(h in hosts for _, h in buffer))
-        refill = len(buffer) if buffer else int(self._popping and bool(pairs))
-        if self._demand:
-            refill, self._demand = max(refill, self._demand), 0
+        if self._demand is None:
+            refill = len(buffer) if buffer else int(self._popping and bool(pairs))
+        else:
+            refill, self._demand = max(len(buffer), self._demand), None
         pending = self._call_start(b"add", refill, force, extra, "adding", None, send)
         return pending, entries, bool(waiting), rest, hosts, numbering is not None
 
@@ -531,9 +533,9 @@ class RedisStore(RedisControls):
             else:
                 self._want = max(1, self._want // 2)
         want = self._want
-        if self._demand:
+        if self._demand is not None:
             # The caller pops this many now and no more before its next call.
-            want, self._demand = self._demand, 0
+            want, self._demand = max(1, self._demand), None
         waiting = self._waiting
         if waiting:
             # The acks waiting end their leases first, then the refill is
@@ -559,9 +561,10 @@ class RedisStore(RedisControls):
             # A prefetched request of an acked host was picked with that host's
             # old lease count: its place may change, so give the batch back.
             force = bool(buffer) and (self._stale() or any(h in hosts for _, h in buffer))
-            refill = len(buffer) if buffer else int(self._popping)
-            if self._demand:
-                refill, self._demand = max(refill, self._demand), 0
+            if self._demand is None:
+                refill = len(buffer) if buffer else int(self._popping)
+            else:
+                refill, self._demand = max(len(buffer), self._demand), None
             extra = [mode, b"%d" % (len(chunk) // 2), *chunk]
             self._call(b"ack_or_release", refill, force, extra, doing)
 
@@ -579,15 +582,17 @@ class RedisStore(RedisControls):
         if len(waiting) >= 2 * _FINISH_CHUNK or now - self._acks_since >= self._ack_delay:
             self.flush()
 
-    def expect_pops(self, count: int) -> None:
+    def expect_pops(self, count: int | None) -> None:
         """Have the next changing call lease ``count`` requests (at most ``prefetch``).
 
-        For a caller that pops that many right after its write (the asyncio
-        `Scheduler`'s batch of waiting getters): they are leased in the
-        write's own round trip, after its changes, so none is leased ahead
-        only to be given back when the write brings better requests.
+        For a caller that pops that many right after its write, and no more
+        before its next one (the asyncio `Scheduler`'s batch of waiting
+        getters, 0 when none waits): they are leased in the write's own round
+        trip, after its changes, so none is leased ahead only to be given
+        back when the write brings better requests. None goes back to
+        guessing from how the caller pops.
         """
-        self._demand = min(count, self._prefetch)
+        self._demand = None if count is None else min(count, self._prefetch)
 
     def flush(self) -> None:
         if self._waiting:
