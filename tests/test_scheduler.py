@@ -13,6 +13,7 @@ import crawlq
 from crawlq import Request, Scheduler
 from crawlq import _store_thread as store_thread
 from crawlq.stores.redis import purge
+from tests._in_step import crawl_in_step
 from tests.conftest import OpenFrontier
 
 Make = Callable[..., Scheduler]
@@ -583,21 +584,7 @@ def _lockstep_batches(frontier: crawlq.Frontier, monkeypatch: pytest.MonkeyPatch
     async def crawl() -> int:
         async with crawlq.Scheduler(frontier) as scheduler:
             await scheduler.add_many([Request(f"https://s{i}.example/") for i in range(64)])
-            done = 0
-
-            async def worker() -> None:
-                nonlocal done
-                while done < 640:
-                    request = await scheduler.get()
-                    await asyncio.sleep(0)
-                    n = done = done + 1
-                    await scheduler.add_many(
-                        [Request(f"https://h{(n * 5 + k) % 97}.example/{n}/{k}") for k in range(5)]
-                    )
-                    scheduler.task_done(request)
-
-            await asyncio.gather(*(worker() for _ in range(32)))
-            return done
+            return await crawl_in_step(scheduler, 640, ack_with_links=False)
 
     assert asyncio.run(crawl()) >= 640
     return [size for size in sizes if size]

@@ -12,6 +12,7 @@ import pytest
 import crawlq
 from crawlq import Request
 from crawlq.stores import redis as redis_store
+from tests._in_step import crawl_in_step
 
 _names = itertools.count()
 
@@ -625,22 +626,8 @@ def test_scheduler_leases_each_request_once_per_hand_out(url: str) -> None:
 
             store._take = counting_take  # type: ignore[method-assign]
             await scheduler.add_many([Request(f"https://s{i}.example/") for i in range(64)])
-            steps = 0
-
-            async def worker() -> None:
-                nonlocal steps
-                while steps < 600:
-                    request = await scheduler.get()
-                    n = steps = steps + 1
-                    links = [
-                        Request(f"https://h{(n * 5 + k) % 97}.example/{n}/{k}", priority=k - 2)
-                        for k in range(5)
-                    ]
-                    await asyncio.sleep(0)
-                    await scheduler.add_many(links, ack=request)
-
             before = store._calls
-            await asyncio.gather(*(worker() for _ in range(32)))
+            steps = await crawl_in_step(scheduler, 600, ack_with_links=True)
             return steps, leased, store._calls - before
 
     steps, leased, calls = asyncio.run(crawl())

@@ -382,9 +382,25 @@ class RedisStore(RedisControls):
                 self._take(reply)
         return reply
 
+    def _refill(self, finishing: bool) -> int:
+        """How many prefetched requests a changing call should leave this store holding.
+
+        What the caller said with `expect_pops` (at least those held now),
+        said for this call only; else those held now, or one for a caller
+        that keeps popping when the call ends leases (``finishing``).
+        """
+        demand, self._demand = self._demand, None
+        held = len(self._buffer)
+        if demand is not None:
+            return max(held, demand)
+        return held or int(self._popping and finishing)
+
     def _take(self, reply: list[Any]) -> None:
-        """Take the requests a function just leased: they replace the prefetched
-        ones if it gave those back (``reply[1]``), else they follow them."""
+        """Take the requests a function just leased, as prefetched ones.
+
+        They replace those held if the function gave them back
+        (``reply[1]``), else they follow them.
+        """
         buffer = self._buffer
         if reply[1] or not buffer:
             buffer = self._buffer = deque()
@@ -444,10 +460,7 @@ class RedisStore(RedisControls):
         # gives the batch back, and a caller that keeps popping gets the next
         # request leased in this same call.
         force = bool(buffer) and (self._stale() or any(h in hosts for _, h in buffer))
-        if self._demand is None:
-            refill = len(buffer) if buffer else int(self._popping and bool(pairs))
-        else:
-            refill, self._demand = max(len(buffer), self._demand), None
+        refill = self._refill(bool(pairs))
         pending = self._call_start(b"add", refill, force, extra, "adding", None, send)
         return pending, entries, bool(waiting), rest, hosts, numbering is not None
 
@@ -561,12 +574,8 @@ class RedisStore(RedisControls):
             # A prefetched request of an acked host was picked with that host's
             # old lease count: its place may change, so give the batch back.
             force = bool(buffer) and (self._stale() or any(h in hosts for _, h in buffer))
-            if self._demand is None:
-                refill = len(buffer) if buffer else int(self._popping)
-            else:
-                refill, self._demand = max(len(buffer), self._demand), None
             extra = [mode, b"%d" % (len(chunk) // 2), *chunk]
-            self._call(b"ack_or_release", refill, force, extra, doing)
+            self._call(b"ack_or_release", self._refill(True), force, extra, doing)
 
     def ack(self, leases: Sequence[object]) -> None:
         if self._ack_delay <= 0.0:

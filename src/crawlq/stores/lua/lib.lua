@@ -948,26 +948,22 @@ end
 local function conclude(flags, best)
   local out, taken, records = { flags, 0 }, {}, {}
   give_back_lost()
-  if NBUF > 0 then
-    if FORCE or (best ~= nil and WORST ~= nil and best <= WORST) then
-      out[2] = 1
-      local ids = {}
-      for i = 1, NBUF do
-        ids[i] = ARGS[8 + 2 * i]
-      end
-      local held = redis.call('HMGET', K_LEASE, unpack(ids))
-      for i = 1, NBUF do
-        if held[i] and lease_token(held[i]) == ARGS[9 + 2 * i] then
-          end_lease(ids[i], held[i], 'unpop')
-        end
-      end
-      drop_ended()
-      take(REFILL, out, taken, records)
-    elseif REFILL > NBUF then
-      take(REFILL - NBUF, out, taken, records)
+  if NBUF > 0 and (FORCE or (best ~= nil and WORST ~= nil and best <= WORST)) then
+    out[2] = 1
+    local ids = {}
+    for i = 1, NBUF do
+      ids[i] = ARGS[8 + 2 * i]
     end
-  else
+    local held = redis.call('HMGET', K_LEASE, unpack(ids))
+    for i = 1, NBUF do
+      if held[i] and lease_token(held[i]) == ARGS[9 + 2 * i] then
+        end_lease(ids[i], held[i], 'unpop')
+      end
+    end
+    drop_ended()
     take(REFILL, out, taken, records)
+  else
+    take(REFILL - NBUF, out, taken, records) -- (nothing when NBUF >= REFILL)
   end
   save()
   -- Only outcomes that running twice would change need remembering: add's
