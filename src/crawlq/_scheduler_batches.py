@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -33,6 +34,8 @@ class BatchedCalls:
     _leased: int
     _counts_read: int
     _holdings: Holdings
+    _ahead: deque[Request]
+    _ahead_at: float
 
     if TYPE_CHECKING:
 
@@ -57,7 +60,7 @@ class BatchedCalls:
             added: list[bool] = []
         else:
             future: asyncio.Future[list[bool]] = asyncio.get_running_loop().create_future()
-            add = Add(entries, leases, future)
+            add = Add(entries, leases, future, self._holdings.current_task_holds())
             thread.pending.adds.append(add)
             self._changed()
             try:
@@ -80,6 +83,13 @@ class BatchedCalls:
             batch.pops = live
             batch.ready = True
         self._look = False
+        if self._frontier.shared:
+            # Each worker that adds asks for its next request soon after:
+            # lease it in the write's round trip (see _take_ahead), for at
+            # most one request per worker in all.
+            adding = sum(1 for add in batch.adds if add.worker)
+            room = self._holdings.tasks - live - len(self._ahead)
+            batch.ahead = max(0, min(adding, room))
         batch.counts = self._maxsize > 0 or self._want_counts or bool(self._joiners)
         batch.counts_read = self._counts_read
         self._want_counts = False
@@ -128,8 +138,10 @@ class BatchedCalls:
                 getters.popleft()
             if getters:
                 getters.popleft().set_result(request)
-            else:  # its getter was cancelled meanwhile
-                self._finish(request, done=False)
+            else:  # leased ahead, or its getter was cancelled meanwhile
+                if not self._ahead:
+                    self._ahead_at = time.monotonic()  # (the oldest's)
+                self._ahead.append(request)
         if out.pop_error is not None:
             while getters:
                 getter = getters.popleft()
@@ -148,6 +160,32 @@ class BatchedCalls:
             self._check_idle()  # nothing left to write: the counts are the truth
         if batch.ready and getters:
             self._arm_timer(out.ready_in)
+
+    def _take_ahead(self) -> Request | None:
+        """A request leased ahead for the getters to come, or None.
+
+        They wait here on the loop, so a worker's get after its write costs
+        no batch. They are real leases, their hosts' delays counting from the
+        lease: once they have waited half their ``lease_timeout``, or
+        ``host_delay`` if shorter, they go back (released) rather than out,
+        so a host's next pop cannot come due while one of its requests waits.
+        """
+        ahead = self._ahead
+        if not ahead:
+            return None
+        policy = self._frontier.policy
+        limit = policy.lease_timeout / 2
+        if policy.host_delay > 0:
+            limit = min(limit, policy.host_delay)
+        if time.monotonic() - self._ahead_at > limit:
+            self._release_ahead()
+            return None
+        return ahead.popleft()
+
+    def _release_ahead(self) -> None:
+        """Put the requests leased ahead back in their places (with the next batch)."""
+        while self._ahead:
+            self._finish(self._ahead.popleft(), done=False)
 
     def _retry_writes(self, out: Outcome) -> None:
         if not (out.unwritten_acks or out.unwritten_releases):

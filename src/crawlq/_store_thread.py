@@ -57,6 +57,8 @@ class Add:
     leases: Sequence[Lease]
     #: Resolved with the store's result for ``entries`` (True: added).
     future: asyncio.Future[list[bool]]
+    #: Made by a worker that holds a request: it asks for its next one soon.
+    worker: bool = False
 
 
 @dataclass(slots=True)
@@ -68,6 +70,8 @@ class Batch:
     releases: list[Lease] = field(default_factory=list)
     #: Requests to pop (one per waiting getter).
     pops: int = 0
+    #: Requests to pop for getters expected soon (see `BatchedCalls._take_ahead`).
+    ahead: int = 0
     #: Read the store's ready time when fewer than ``pops`` requests came.
     ready: bool = False
     #: Read the queued and leased counts after the rest.
@@ -112,7 +116,7 @@ def run_batch(frontier: Frontier, batch: Batch) -> Outcome:
                 out.unwritten_releases, out.write_error = batch.releases, exc
         # The pops below are leased with the write (or the first pop), behind
         # its links; none is leased ahead of a batch without pops.
-        frontier._expect_pops(batch.pops)
+        frontier._expect_pops(batch.pops + batch.ahead)
         if batch.adds:
             entries = [entry for add in batch.adds for entry in add.entries]
             leases = [lease for add in batch.adds for lease in add.leases]
@@ -131,7 +135,7 @@ def run_batch(frontier: Frontier, batch: Batch) -> Outcome:
                 out.unwritten_acks, out.write_error = batch.acks, exc
         try:
             popped = out.popped
-            for _ in range(batch.pops):
+            for _ in range(batch.pops + batch.ahead):
                 request = frontier.pop()
                 if request is None:
                     break

@@ -124,6 +124,8 @@ class Scheduler(BatchedCalls, WorkerWatch):
         self._want_counts = False
         self._queued = self._leased = 0  # counts read by the latest batch
         self._counts_read = 0  # times the counts were read on the loop's thread
+        self._ahead: deque[Request] = deque()  # leased ahead (see _take_ahead)
+        self._ahead_at = 0.0
         if frontier.durable or frontier.shared:
             self._thread = StoreThread(frontier, self)
             self._queued, self._leased = frontier._counts()
@@ -278,10 +280,12 @@ class Scheduler(BatchedCalls, WorkerWatch):
         With a store that does I/O, the pop happens here, on the calling thread.
         """
         self._check_open()
-        self._sync_point()
-        with self._frontier._lock:
-            request = self._frontier.pop()
-            self._read_counts()
+        request = self._take_ahead()
+        if request is None:
+            self._sync_point()
+            with self._frontier._lock:
+                request = self._frontier.pop()
+                self._read_counts()
         if request is None:
             raise QueueEmpty("no request is ready now")
         self._wake_adders()
@@ -300,6 +304,12 @@ class Scheduler(BatchedCalls, WorkerWatch):
         loop = asyncio.get_running_loop()
         while True:
             self._check_open()
+            if not self._getters and self._ahead:
+                request = self._take_ahead()
+                if request is not None:
+                    self._wake_adders()
+                    self._holdings.hold(request)
+                    return request
             if not self._getters and self._thread is None:
                 request = self._frontier.pop()
                 if request is not None:
@@ -507,6 +517,7 @@ class Scheduler(BatchedCalls, WorkerWatch):
                 if not future.done():
                     future.set_exception(closed)
         if self._thread is not None:
+            self._release_ahead()
             for add in self._thread.pending.adds:
                 if not add.future.done():
                     add.future.set_exception(closed)
@@ -530,9 +541,10 @@ class Scheduler(BatchedCalls, WorkerWatch):
         self._sync_point()
         frontier = self._frontier.stats(hosts=hosts)
         waiting = sum(1 for future in self._getters if not future.done())
+        ahead = len(self._ahead)  # leased, not handed out yet
         return SchedulerStats(
-            queued=frontier.queued,
-            in_flight=frontier.leased,
+            queued=frontier.queued + ahead,
+            in_flight=frontier.leased - ahead,
             seen=frontier.seen,
             waiting_consumers=waiting,
             closed=self._closed,
