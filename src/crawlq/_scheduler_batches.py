@@ -34,8 +34,7 @@ class BatchedCalls:
     _leased: int
     _counts_read: int
     _holdings: Holdings
-    _ahead: deque[Request]
-    _ahead_at: float
+    _ahead: deque[tuple[Request, float]]
 
     if TYPE_CHECKING:
 
@@ -133,15 +132,14 @@ class BatchedCalls:
                 add.future.set_exception(out.add_error)
         self._retry_writes(out)
         getters = self._getters
+        leased_at = time.monotonic()
         for request in out.popped:
             while getters and getters[0].done():
                 getters.popleft()
             if getters:
                 getters.popleft().set_result(request)
             else:  # leased ahead, or its getter was cancelled meanwhile
-                if not self._ahead:
-                    self._ahead_at = time.monotonic()  # (the oldest's)
-                self._ahead.append(request)
+                self._ahead.append((request, leased_at))
         if out.pop_error is not None:
             while getters:
                 getter = getters.popleft()
@@ -177,15 +175,18 @@ class BatchedCalls:
         limit = policy.lease_timeout / 2
         if policy.host_delay > 0:
             limit = min(limit, policy.host_delay)
-        if time.monotonic() - self._ahead_at > limit:
-            self._release_ahead()
-            return None
-        return ahead.popleft()
+        now = time.monotonic()
+        while ahead:
+            request, leased_at = ahead.popleft()
+            if now - leased_at <= limit:
+                return request
+            self._finish(request, done=False)
+        return None
 
     def _release_ahead(self) -> None:
         """Put the requests leased ahead back in their places (with the next batch)."""
         while self._ahead:
-            self._finish(self._ahead.popleft(), done=False)
+            self._finish(self._ahead.popleft()[0], done=False)
 
     def _retry_writes(self, out: Outcome) -> None:
         if not (out.unwritten_acks or out.unwritten_releases):

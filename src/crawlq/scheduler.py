@@ -124,8 +124,8 @@ class Scheduler(BatchedCalls, WorkerWatch):
         self._want_counts = False
         self._queued = self._leased = 0  # counts read by the latest batch
         self._counts_read = 0  # times the counts were read on the loop's thread
-        self._ahead: deque[Request] = deque()  # leased ahead (see _take_ahead)
-        self._ahead_at = 0.0
+        # Requests leased ahead, with when (see _take_ahead).
+        self._ahead: deque[tuple[Request, float]] = deque()
         if frontier.durable or frontier.shared:
             self._thread = StoreThread(frontier, self)
             self._queued, self._leased = frontier._counts()
