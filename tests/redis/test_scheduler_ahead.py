@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
-from collections.abc import Iterator
 
 import pytest
 
@@ -13,16 +11,6 @@ from crawlq import Request
 from crawlq import _store_thread as store_thread
 from crawlq.stores import redis as redis_store
 from tests._in_step import crawl_in_step
-
-_names = itertools.count()
-
-
-@pytest.fixture
-def url(redis_url: str) -> Iterator[str]:
-    """A fresh crawl on the session server, purged afterwards."""
-    crawl_url = f"{redis_url}?crawl=ahead-{next(_names)}"
-    yield crawl_url
-    redis_store.purge(crawl_url)
 
 
 def test_a_workers_get_after_its_write_costs_no_round_trip(

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -13,16 +11,6 @@ import crawlq
 from crawlq import Request
 from crawlq.stores import redis as redis_store
 from tests._in_step import crawl_in_step
-
-_names = itertools.count()
-
-
-@pytest.fixture
-def url(redis_url: str) -> Iterator[str]:
-    """A fresh crawl on the session server, purged afterwards."""
-    crawl_url = f"{redis_url}?crawl=store-{next(_names)}"
-    yield crawl_url
-    redis_store.purge(crawl_url)
 
 
 def test_close_never_wipes_shared_data(url: str) -> None:
