@@ -176,12 +176,18 @@ class BatchedCalls:
         if policy.host_delay > 0:
             limit = min(limit, policy.host_delay)
         now = time.monotonic()
-        while ahead:
+        taken = None
+        released = False
+        while ahead and taken is None:
             request, leased_at = ahead.popleft()
             if now - leased_at <= limit:
-                return request
-            self._finish(request, done=False)
-        return None
+                taken = request
+            else:
+                self._finish(request, done=False)
+                released = True
+        if released:
+            self._changed()  # the releases go out with a batch now
+        return taken
 
     def _release_ahead(self) -> None:
         """Put the requests leased ahead back in their places (with the next batch)."""

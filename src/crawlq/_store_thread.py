@@ -114,8 +114,9 @@ def run_batch(frontier: Frontier, batch: Batch) -> Outcome:
                 frontier._finish(batch.releases, done=False)
             except CrawlqError as exc:
                 out.unwritten_releases, out.write_error = batch.releases, exc
-        # The pops below are leased with the write (or the first pop), behind
-        # its links; none is leased ahead of a batch without pops.
+        # The pops below (the waiting getters', and those leased ahead for
+        # the adding workers) are leased with the write (or the first pop),
+        # behind its links; none is leased ahead of a batch without pops.
         frontier._expect_pops(batch.pops + batch.ahead)
         if batch.adds:
             entries = [entry for add in batch.adds for entry in add.entries]
