@@ -59,7 +59,9 @@ class BatchedCalls:
             added: list[bool] = []
         else:
             future: asyncio.Future[list[bool]] = asyncio.get_running_loop().create_future()
-            add = Add(entries, leases, future, self._holdings.current_task_holds())
+            # (Only a shared store leases ahead for adding workers: see _plan_batch.)
+            worker = frontier.shared and self._holdings.current_task_holds()
+            add = Add(entries, leases, future, worker)
             thread.pending.adds.append(add)
             self._changed()
             try:
