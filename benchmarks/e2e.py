@@ -58,8 +58,8 @@ SCHEDULERS = {
 
 
 def crawl(spec: dict[str, Any]) -> dict[str, Any]:
-    from crawlq._demo.server import SiteServer
-    from crawlq._demo.site import generate_site
+    from crawlq.cli.demo.server import SiteServer
+    from crawlq.cli.demo.site import generate_site
 
     site = generate_site(spec["params"]["pages"], spec["params"]["hosts"], seed=7)
     # Drop ?utm_* links: Scrapy keeps those parameters, the server counts by path.

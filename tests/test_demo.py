@@ -15,9 +15,9 @@ import pytest
 from typer.testing import CliRunner
 
 import crawlq
-from crawlq._demo import DemoConfig, DemoProgress, run_demo
-from crawlq._demo.site import PageKey, generate_site
 from crawlq.cli import DEMO_NEEDS_AIOHTTP, app
+from crawlq.cli.demo import DemoConfig, DemoProgress, run_demo
+from crawlq.cli.demo.site import PageKey, generate_site
 
 runner = CliRunner()
 
@@ -147,7 +147,7 @@ def test_cli_demo_fails_when_a_page_is_fetched_twice(
 ) -> None:
     # Without ignoring utm_* parameters, tracking links refetch their pages:
     # the server-side check must catch it and the command must fail.
-    import crawlq._demo.run as demo_run
+    import crawlq.cli.demo.run as demo_run
 
     monkeypatch.setattr(demo_run, "Fingerprinter", lambda **options: crawlq.Fingerprinter())
     result = runner.invoke(

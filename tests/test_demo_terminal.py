@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from crawlq._demo import DemoConfig, DemoProgress, run_demo
+from crawlq.cli.demo import DemoConfig, DemoProgress, run_demo
 
 from ._terminal import Tmux
 from .test_demo import demo_process, fetch_log, wait_for_fetches

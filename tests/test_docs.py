@@ -146,7 +146,7 @@ def test_the_scrapy_settings_table_lists_every_setting_the_code_reads() -> None:
     import crawlq.contrib.scrapy
 
     read = set()
-    for module in (ROOT / "src" / "crawlq" / "contrib").glob("*.py"):
+    for module in (ROOT / "src" / "crawlq" / "contrib" / "scrapy").glob("*.py"):
         read |= set(re.findall(r'"(CRAWLQ_[A-Z_]+)"', module.read_text()))
     doc = crawlq.contrib.scrapy.__doc__ or ""
     listed = set(re.findall(r"^\| `(CRAWLQ_[A-Z_]+)`", doc, re.MULTILINE))

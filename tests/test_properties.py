@@ -27,7 +27,7 @@ from hypothesis.stateful import (
 )
 
 import crawlq
-import crawlq.stores.sqlite as sqlite_store
+import crawlq.stores.sqlite.store as sqlite_store
 from crawlq import Request
 
 

@@ -11,8 +11,8 @@ import pytest
 
 import crawlq
 from crawlq import Request, Scheduler
-from crawlq import _store_thread as store_thread
-from crawlq.stores.redis import purge
+from crawlq.scheduler import store_thread
+from crawlq.stores.redis.store import purge
 from tests._in_step import crawl_in_step
 from tests.conftest import OpenFrontier
 

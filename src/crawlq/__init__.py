@@ -36,7 +36,7 @@ from ._open import StoreKind, open_frontier, store_kind
 from ._policy import Policy
 from ._request import MAX_URL_LENGTH, Request
 from ._version import __version__
-from .scheduler import Scheduler, SchedulerStats
+from .scheduler.scheduler import Scheduler, SchedulerStats
 from .stores.base import Counters, HostCount
 
 __all__ = [

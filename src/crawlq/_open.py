@@ -7,14 +7,14 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from ._errors import ConfigError
 from ._fingerprint import Fingerprinter
 from ._frontier import Frontier
 from ._policy import Policy
 from ._request import MAX_URL_LENGTH
-from .stores.base import Store
+from .stores.base import Store, StoreAdmin
 
 __all__ = ["StoreKind", "open_frontier", "store_kind"]
 
@@ -47,24 +47,46 @@ class StoreKind:
     durable: bool
     #: Other processes may add, pop and ack in the same store.
     shared: bool
-    #: The module of its read-only job functions (``inspect``, ``export``,
-    #: and for Redis ``purge``) that the CLI uses; None: no job to read.
+    #: The module of its admin interface (`crawlq.stores.base.StoreAdmin`):
+    #: how the CLI, the metrics and watching read or change a job or crawl
+    #: from outside; None: nothing to read from outside (``memory``).
     jobs_module: str | None
+
+    def admin(self, what: str = "read it") -> StoreAdmin:
+        """Import and return this store's admin interface.
+
+        ``what`` names the caller's purpose for the error messages. Raises
+        `ConfigError` for a memory frontier (it lives inside its process), or
+        naming the extra to install when the store's package is missing.
+        """
+        if self.jobs_module is None:
+            raise ConfigError(
+                f"a {self.name}:// frontier lives inside its process: there is nothing to "
+                f"{what} from outside; give a job directory, a sqlite:/// or a redis:// URL"
+            )
+        try:
+            module = importlib.import_module(self.jobs_module)
+        except ModuleNotFoundError as exc:
+            if exc.name is None or exc.name.startswith("crawlq"):
+                raise
+            extra = self.name.partition("+")[0]
+            raise ConfigError(
+                f"{what} for {self.name}:// needs {exc.name}: pip install 'crawlq[{extra}]'"
+            ) from None
+        return cast(StoreAdmin, module)
 
 
 _MEMORY: Final = StoreKind("memory", "crawlq.stores.memory", False, False, None)
 _SQLITE: Final = StoreKind(
-    "sqlite", "crawlq.stores.sqlite", True, False, "crawlq.stores._sqlite_inspect"
+    "sqlite", "crawlq.stores.sqlite", True, False, "crawlq.stores.sqlite.admin"
 )
-_REDIS: Final = StoreKind(
-    "redis", "crawlq.stores.redis", True, True, "crawlq.stores._redis_inspect"
-)
+_REDIS: Final = StoreKind("redis", "crawlq.stores.redis", True, True, "crawlq.stores.redis.admin")
 _REDIS_CLUSTER: Final = StoreKind(
     "redis+cluster",
-    "crawlq.stores.redis_cluster",
+    "crawlq.stores.redis.cluster",
     True,
     True,
-    "crawlq.stores._redis_cluster_inspect",
+    "crawlq.stores.redis.cluster.admin",
 )
 # scheme -> its store; "rediss" and "unix" are Redis over TLS and a Unix socket.
 _KINDS: Final = {

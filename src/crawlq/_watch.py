@@ -11,13 +11,11 @@ from __future__ import annotations
 import itertools
 import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
-from ._errors import ConfigError
 from ._open import store_kind
-from .stores.base import Counters, HostCount, HostList
+from .stores.base import Counters, HostCount
 
 __all__ = ["History", "Snapshot", "read_snapshot"]
 
@@ -52,20 +50,8 @@ def read_snapshot(url: str, *, top: int = 20) -> Snapshot:
     when there is no job or crawl there, `StoreUnavailable` when its Redis
     cannot be reached: the errors of ``crawlq inspect``.
     """
-    kind = store_kind(url)
-    reader: Callable[..., tuple[int, int, int, Counters, HostList]]
-    if kind.name == "redis":
-        from .stores._redis_admin import snapshot as reader
-    elif kind.name == "redis+cluster":
-        from .stores._redis_cluster_admin import snapshot as reader
-    elif kind.name == "sqlite":
-        from .stores._sqlite_inspect import snapshot as reader
-    else:
-        raise ConfigError(
-            f"a {kind.name}:// frontier lives inside its process: there is nothing to watch "
-            "from outside; give a job directory, a sqlite:/// or a redis:// URL"
-        )
-    queued, leased, seen, counters, hosts = reader(url, top=top)
+    admin = store_kind(url).admin("watch")
+    queued, leased, seen, counters, hosts = admin.snapshot(url, top=top)
     return Snapshot(
         queued,
         leased,

@@ -24,7 +24,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from types import ModuleType
 from typing import Any, Final
 
@@ -68,16 +67,9 @@ def _prometheus() -> ModuleType:
 def crawl_label(url: str) -> str:
     """The ``crawl`` label for a frontier URL: a Redis crawl's name, a job directory's name."""
     kind = store_kind(url)
-    if kind.name in ("redis", "redis+cluster"):
-        from .stores._redis_config import parse_url
-
-        return parse_url(url).crawl
-    if kind.name == "sqlite":
-        from .stores._sqlite_file import job_path
-
-        path = job_path(url)
-        return (path.parent if path.name == "crawlq.db" else Path(path.stem)).name or "job"
-    return kind.name
+    if kind.jobs_module is None:
+        return kind.name
+    return kind.admin("label").crawl_label(url)
 
 
 class CrawlCollector:

@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 import redis
 
 import crawlq
-from crawlq.stores._redis_cluster import record_tags, shard_of
+from crawlq.stores.redis.cluster.shards import record_tags, shard_of
 
 
 def _lease_keys(url: str, crawl: str) -> tuple[Any, Callable[[bytes], str]]:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from crawlq.stores import redis as redis_store
+from crawlq.stores.redis import store as redis_store
 
 _names = itertools.count()
 

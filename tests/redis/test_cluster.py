@@ -19,9 +19,9 @@ from typer.testing import CliRunner
 import crawlq
 from crawlq import Request
 from crawlq.cli import app
-from crawlq.stores import _redis_cluster_admin as admin
-from crawlq.stores._redis_cluster import shard_of
-from crawlq.stores._redis_config import parse_url
+from crawlq.stores.redis.cluster import inspection as admin
+from crawlq.stores.redis.cluster.shards import shard_of
+from crawlq.stores.redis.config import parse_url
 from tests.redis_cluster import RedisCluster as Cluster
 
 _names = itertools.count()
@@ -284,7 +284,7 @@ def test_a_lost_reply_is_not_run_twice_on_a_shard(
     shard (a call) and across shards (calls sent together, replies read after)."""
     import redis
 
-    from crawlq.stores import _redis_conn
+    from crawlq.stores.redis import conn as _redis_conn
 
     from .test_store import _lose_next_reply
 

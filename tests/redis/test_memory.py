@@ -9,7 +9,7 @@ import pytest
 
 import crawlq
 from crawlq import Request
-from crawlq.stores import redis as redis_store
+from crawlq.stores.redis import store as redis_store
 from tests.redis_server import StartServer
 
 PAD = "x" * 1000

@@ -7,9 +7,9 @@ import socket
 import pytest
 
 import crawlq
-from crawlq.stores import _redis_conn
-from crawlq.stores import _redis_open as redis_open
-from crawlq.stores import redis as redis_store
+from crawlq.stores.redis import conn as _redis_conn
+from crawlq.stores.redis import open as redis_open
+from crawlq.stores.redis import store as redis_store
 from tests.redis_server import StartServer
 
 

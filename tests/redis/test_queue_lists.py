@@ -10,7 +10,7 @@ import redis
 
 import crawlq
 from crawlq import Request
-from crawlq.stores import redis as redis_store
+from crawlq.stores.redis import store as redis_store
 from tests.conformance.test_frontier import drain, urls
 
 
@@ -151,7 +151,7 @@ def test_an_interrupted_upgrade_is_finished_by_the_next_open(redis_url: str) -> 
     _to_format_5(client, prefix)
     # What an opener that was killed after one call of upgrade_queues left.
     client.hset(prefix + "meta", mapping={"format": "6", "upgrade": "0"})
-    from crawlq.stores._redis_conn import library
+    from crawlq.stores.redis.conn import library
 
     function = library().function["upgrade"]
     client.fcall(function.decode(), 1, prefix, 50)

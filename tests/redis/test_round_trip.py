@@ -9,7 +9,7 @@ import pytest
 import redis
 from redis._parsers import _HiredisParser, _RESP2Parser
 
-from crawlq.stores._redis_conn import _round_trip, pack
+from crawlq.stores.redis.conn import _round_trip, pack
 
 PARSERS = {"hiredis": _HiredisParser, "python": _RESP2Parser}
 

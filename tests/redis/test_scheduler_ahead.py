@@ -8,8 +8,8 @@ import pytest
 
 import crawlq
 from crawlq import Request
-from crawlq import _store_thread as store_thread
-from crawlq.stores import redis as redis_store
+from crawlq.scheduler import store_thread
+from crawlq.stores.redis import store as redis_store
 from tests._in_step import crawl_in_step
 
 

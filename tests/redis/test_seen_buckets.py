@@ -14,7 +14,7 @@ import redis
 
 import crawlq
 from crawlq import Request
-from crawlq.stores import redis as redis_store
+from crawlq.stores.redis import store as redis_store
 
 _names = itertools.count()
 

@@ -9,7 +9,7 @@ import pytest
 
 import crawlq
 from crawlq import Request
-from crawlq.stores import redis as redis_store
+from crawlq.stores.redis import store as redis_store
 from tests._in_step import crawl_in_step
 
 
@@ -113,7 +113,7 @@ def _lose_next_reply(
 
     Returns the list the lost reply goes in (clear it to lose the next one).
     """
-    from crawlq.stores import _redis_conn
+    from crawlq.stores.redis import conn as _redis_conn
 
     real_round_trip = _redis_conn._round_trip
     lost: list[object] = []
@@ -489,7 +489,7 @@ def _outage_after_next_reply(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """
     import redis
 
-    from crawlq.stores import _redis_conn
+    from crawlq.stores.redis import conn as _redis_conn
 
     real_round_trip = _redis_conn._round_trip
     down: list[bool] = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import crawlq
-from crawlq.stores._redis_config import parse_url
+from crawlq.stores.redis.config import parse_url
 
 
 def test_tcp_url_with_everything() -> None:

@@ -21,8 +21,8 @@ import pytest
 
 import crawlq
 from crawlq import Request
-from crawlq.stores import _redis_cluster_admin as cluster_admin
-from crawlq.stores import redis as redis_store
+from crawlq.stores.redis import store as redis_store
+from crawlq.stores.redis.cluster import inspection as cluster_admin
 from tests.redis_server import StartServer
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -33,8 +33,8 @@ from scrapy.http import FormRequest, JsonRequest
 from scrapy.http.request import NO_CALLBACK
 
 import crawlq
-from crawlq.contrib import _scrapy_engine
 from crawlq.contrib.scrapy import FifoDiskQueue, LifoDiskQueue, Scheduler
+from crawlq.contrib.scrapy import engine as _scrapy_engine
 
 SCENARIOS: dict[str, Callable[[Path], None]] = {}
 
@@ -492,7 +492,7 @@ def requests_survive_the_sqlite_file_exactly(tmp: Path) -> None:
 
 @scenario
 def stored_data_cannot_make_the_crawler_import_other_modules(tmp: Path) -> None:
-    from crawlq.contrib._scrapy_codec import RequestCodec
+    from crawlq.contrib.scrapy.codec import RequestCodec
 
     codec = RequestCodec(None)
     data = codec.encode(scrapy.Request("http://a.example/"))
@@ -537,7 +537,7 @@ def unserializable_requests_keep_their_place_and_are_dropped_on_resume(tmp: Path
 
 @scenario
 def a_shared_store_merges_memory_requests_by_priority(tmp: Path) -> None:
-    from crawlq.contrib._scrapy_settings import SchedulerConfig
+    from crawlq.contrib.scrapy.settings import SchedulerConfig
 
     # A SQLite job standing in for a shared store (Redis): it may not hold
     # tokens of objects that live in this process.

@@ -1,6 +1,6 @@
 """The local site the Scrapy tests crawl: crawlq's demo site, served from a thread.
 
-`ServedSite` runs `crawlq._demo.server.SiteServer` on its own asyncio loop
+`ServedSite` runs `crawlq.cli.demo.server.SiteServer` on its own asyncio loop
 in a background thread, so a Scrapy crawl in a subprocess can fetch it while
 the test reads the server-side fetch counts. The demo site's tracking-query
 links are dropped (Scrapy's fingerprints keep ``utm_*`` parameters, and the
@@ -16,8 +16,8 @@ from collections import Counter
 from concurrent.futures import Future
 from typing import Any
 
-from crawlq._demo.server import SiteServer
-from crawlq._demo.site import Link, Site, generate_site
+from crawlq.cli.demo.server import SiteServer
+from crawlq.cli.demo.site import Link, Site, generate_site
 
 __all__ = ["ServedSite", "test_site"]
 

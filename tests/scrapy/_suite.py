@@ -31,7 +31,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = Path(__file__).with_name("suite")
 EXCLUSIONS = SUITE / "exclusions.txt"
-CRAWLQ_SCHEDULER = "crawlq.contrib._scrapy_scheduler.Scheduler"
+CRAWLQ_SCHEDULER = "crawlq.contrib.scrapy.scheduler.Scheduler"
 STOCK_SCHEDULER = "scrapy.core.scheduler.Scheduler"
 #: Scrapy's test files that define what a scheduler does (globs in its tests/).
 FILES = [

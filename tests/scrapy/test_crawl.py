@@ -9,7 +9,7 @@ from typing import Any
 
 import scrapy
 
-from crawlq.stores import _redis_cluster_admin
+from crawlq.stores.redis.cluster import inspection as _redis_cluster_admin
 
 from ._site import ServedSite
 from .conftest import CONCURRENT_REQUESTS, SCHEDULER, Result

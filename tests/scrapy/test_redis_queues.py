@@ -107,8 +107,8 @@ def test_self_check_refuses_a_server_older_than_7(redis_servers: StartServer) ->
     # No redis-server 6 is installed: the version the check reads is replaced.
     from scrapy.utils.test import get_crawler
 
-    from crawlq.contrib import _scrapy_redis_queues as queues
     from crawlq.contrib.scrapy import QueueCheckFailed, RedisFifoQueue
+    from crawlq.contrib.scrapy import redis_queues as queues
 
     server = redis_servers()
     crawler = get_crawler(settings_dict={"CRAWLQ_URL": server.url + "?crawl=old"})
@@ -126,8 +126,8 @@ def test_self_check_leaves_a_non_empty_queue_untouched(redis_servers: StartServe
     import scrapy
     from scrapy.utils.test import get_crawler
 
-    from crawlq.contrib import _scrapy_redis_queues as queues
     from crawlq.contrib.scrapy import RedisLifoQueue
+    from crawlq.contrib.scrapy import redis_queues as queues
 
     server = redis_servers()
     url = server.url + "?crawl=kept"
@@ -209,8 +209,8 @@ def test_a_push_and_a_pop_whose_replies_were_lost_are_undone_and_handed_out_agai
     import scrapy
     from scrapy.utils.test import get_crawler
 
-    from crawlq.contrib import _scrapy_redis_queues as queues
     from crawlq.contrib.scrapy import RedisFifoQueue, TransientError
+    from crawlq.contrib.scrapy import redis_queues as queues
 
     server = redis_servers()
     assert server.pid is not None

@@ -129,7 +129,7 @@ def _loop(job: str, log: str, run: int, seed: int, synchronous: str, ack_delay: 
 
 def _die_creating(job: str) -> None:
     """SIGKILL this process inside the schema script of a new job's first open."""
-    from crawlq.stores import _sqlite_file
+    from crawlq.stores.sqlite import file as _sqlite_file
 
     class Dying(sqlite3.Connection):
         def executescript(self, script: str) -> sqlite3.Cursor:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import crawlq
-from crawlq.stores._sqlite_file import JobLock
+from crawlq.stores.sqlite.file import JobLock
 
 
 def crawlq_cli(*args: str) -> subprocess.CompletedProcess[str]:

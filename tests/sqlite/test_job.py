@@ -21,8 +21,8 @@ import pytest
 
 import crawlq
 from crawlq._bloom import BloomFilter
-from crawlq.stores import _sqlite_bloom as sqlite_bloom
-from crawlq.stores import _sqlite_file
+from crawlq.stores.sqlite import bloom as sqlite_bloom
+from crawlq.stores.sqlite import file as _sqlite_file
 
 from ._helpers import close_pipes, file_state, job_url, read_line, sigkill, spawn
 

@@ -19,7 +19,7 @@ import pytest
 
 import crawlq
 import crawlq.stores.sqlite  # imported before the fork: nobody may not read the venv
-from crawlq.stores import _sqlite_inspect
+from crawlq.stores.sqlite import admin as _sqlite_inspect
 
 NOBODY = 65534
 

@@ -63,6 +63,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
+from .._exchange import JobReport
 from .._request import Request
 
 __all__ = [
@@ -71,6 +72,7 @@ __all__ = [
     "HostCount",
     "HostList",
     "Store",
+    "StoreAdmin",
     "StoreCounts",
     "host_details",
     "merge_hosts",
@@ -173,6 +175,39 @@ class HostList(list[HostCount]):
         self.busy = busy
         #: Hosts blocked now, listed or not.
         self.blocked = blocked
+
+
+class StoreAdmin(Protocol):
+    """How a job or crawl is read or changed from outside the crawl: one module per store.
+
+    The CLI (``inspect``, ``hosts``, ``top``, ``metrics``), `crawlq.metrics`
+    and watching reach a store only through its admin module (named by
+    `crawlq.StoreKind`), never through its private modules. Reading never
+    locks a job or stops a crawl. A store may offer more (``export``,
+    ``check``, ``purge``, ``job_settings``): callers look those up by name.
+    Each function raises `ConfigError` for a bad URL, `StoreError` when there
+    is no job or crawl there, `StoreUnavailable` when its server is down.
+    """
+
+    def inspect(self, url: str, *, top: int = 10) -> JobReport:
+        """Counts, busiest ``top`` hosts, priorities and settings, for ``crawlq inspect``."""
+        ...
+
+    def snapshot(self, url: str, *, top: int = 20) -> tuple[int, int, int, Counters, HostList]:
+        """Queued, leased, seen, the `Counters` and the busiest ``top`` hosts, in one read."""
+        ...
+
+    def hosts(self, url: str, *, top: int = 20) -> HostList:
+        """The busiest ``top`` hosts with their counts, blocks and own policies."""
+        ...
+
+    def change_host(self, url: str, what: str, host: str, seconds: float | None = None) -> str:
+        """Apply ``block`` / ``unblock`` / ``delay`` to ``host``; return what happened."""
+        ...
+
+    def crawl_label(self, url: str) -> str:
+        """The crawl's name, as a metrics label."""
+        ...
 
 
 class Store(Protocol):

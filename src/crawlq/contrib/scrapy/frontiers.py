@@ -1,0 +1,526 @@
+"""`Frontiers`: the crawlq side of the Scrapy scheduler.
+
+It turns Scrapy requests into crawlq requests and back, keeps the requests
+that cannot be stored in this process, merges the store with the in-memory
+frontier a shared store needs, and keeps track of what the engine holds.
+
+Where a request lives
+    Every request goes to one crawlq frontier, the *store* (``CRAWLQ_URL``).
+    With a durable store it is stored as a Scrapy payload (see
+    ``codec``). A request that cannot be stored that way (a lambda
+    callback, an object in ``meta``) stays in this process, in a dict, and
+    the store holds a token for it in its place: it is deduplicated, ordered
+    and paced like the others (Scrapy issue 3666, memory requests jumping
+    ahead of disk ones, does not happen), and is lost if the crawl stops (the
+    stale token is then dropped and counted on resume). With ``memory://``
+    every request is kept that way: nothing is serialized at all. A store
+    shared by several processes (Redis) cannot hold tokens, since another
+    crawler could pop them: there, such requests go to an in-memory frontier
+    of their own, and `Frontiers.pop` merges both by priority.
+
+Order
+    Scrapy's priority ``p`` (higher first) and its start-request rule (start
+    requests after the others of equal priority, in the order they were
+    yielded) become one crawlq priority: ``2 * p + 1`` for other requests,
+    ``2 * p`` for start requests, with ``p`` clamped to ``[-2**30, 2**30 - 1]``
+    so the result fits crawlq's 32-bit range (the payload keeps the exact
+    value). Within a crawlq priority, the frontier's order applies (FIFO or
+    LIFO, ``CRAWLQ_LIFO``), except that start requests are added in the order
+    of their start queue class (``SCHEDULER_START_DISK_QUEUE`` or
+    ``SCHEDULER_START_MEMORY_QUEUE``, ``add_many(..., lifo=)``): by default
+    FIFO, so they come out in the order they were yielded, as from Scrapy's
+    start queues; newest first with a Lifo class.
+
+Acknowledgements
+    A request handed to the engine is leased. It is acknowledged once the
+    engine removes it from its slot (see ``engine``): after the
+    download, after the downloader middlewares' outcome (a redirect or retry
+    request already scheduled), and after the callback or errback, with every
+    request it yielded already enqueued.
+
+Writes
+    With a durable store of this process alone (a SQLite job), an enqueued
+    request is checked against the store's seen set at once (so
+    `Scheduler.enqueue_request` still answers "duplicate" exactly) and held
+    in memory; the requests held and the acks of finished requests are then
+    written in one transaction, requests first, before the next request is
+    handed out (and at close). A page's links and its ack thus share one
+    commit, and often several pages share it. Requests enqueued while
+    nothing is in flight (no request could yield them again) are written at
+    once, except start requests, which the spider yields again on resume.
+    The order that makes a kill lose nothing: a request's ack is never
+    durable before the requests it yielded. After a kill, un-acked requests
+    come back on resume and yield their children again (the ones already
+    stored are filtered as duplicates); start requests are yielded again by
+    the spider. A shared store (Redis) gets each request at once, carrying
+    the ack of one finished request in the same call (``add_many(...,
+    ack=)``); the rest are acked before the next request is handed out. At
+    most ``CRAWLQ_MAX_IN_FLIGHT`` requests are handed out and not
+    acknowledged, which bounds the re-fetches after a kill.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final
+
+from ..._errors import InvalidRequest, StoreError
+from ..._fingerprint import Fingerprinter
+from ..._frontier import Frontier
+from ..._open import open_frontier
+from ..._request import Request
+from .codec import RequestCodec, Unserializable
+from .settings import SchedulerConfig
+from .source import Source as _Source
+from .source import crawlq_priority
+
+if TYPE_CHECKING:
+    import scrapy
+
+__all__ = ["Frontiers", "crawlq_priority"]
+
+#: A request held for the next flush: (crawlq request, fingerprint, a start
+#: request added in its start queue's order apart from CRAWLQ_LIFO, the
+#: Scrapy request).
+_Pending = tuple[Request, bytes, bool, Any]
+
+_SLOT: Final = "download_slot"
+_PAYLOAD: Final = "scrapy"
+_TOKEN: Final = "scrapy_token"
+_RUN: Final = "scrapy_run"
+#: crawlq URL of a request whose URL crawlq does not take (data:, file:, ...);
+#: the real URL is in its payload.
+_PLACEHOLDER_URL: Final = "http://crawlq.invalid/"
+#: Most requests held for one flush.
+_HOLD_MAX: Final = 1024
+
+
+class Frontiers:
+    """The store, the in-memory frontier beside it when needed, and what the engine holds.
+
+    ``count`` is called with the name of each crawlq stat to increment;
+    ``on_dropped(url, reason)`` with each stored request dropped while being
+    handed out (``reason`` is an exception for one that cannot be rebuilt,
+    None for a request kept in memory by an earlier run). Every method may
+    raise the store's `StoreError`; after one, the caller sets `failed`.
+    ``on_failed(error)`` reports a store failure met while writing held
+    requests on the side (in `add`, which still succeeds: the requests
+    moved to the in-memory frontier); the caller sets `failed` then too.
+    """
+
+    def __init__(
+        self,
+        store: Frontier,
+        config: SchedulerConfig,
+        codec: RequestCodec,
+        count: Callable[[str], None],
+        on_dropped: Callable[[str, Exception | None], None],
+        on_failed: Callable[[StoreError], None],
+    ) -> None:
+        self.main = _Source(store)
+        self.local: _Source | None = None
+        self.config = config
+        self._codec = codec
+        self._count = count
+        self._on_dropped = on_dropped
+        self._on_failed = on_failed
+        #: Set once the store failed: no more acks (what is in flight comes
+        #: back on resume), new requests go to the in-memory frontier.
+        self.failed = False
+        # id(request) -> [(request, source, crawlq request)], per handed-out request.
+        self._in_flight: dict[int, list[tuple[Any, _Source, Request]]] = {}
+        #: Requests handed out and not acknowledged (finished or not).
+        self.handed_out = 0
+        # Finished requests of the durable store whose ack is not written yet.
+        self._unacked: list[Request] = []
+        # A durable store of this process alone (SQLite) knows every
+        # duplicate without a write: new requests wait here, checked, and are
+        # written by `flush` in one commit with the pending acks, after them
+        # in the same transaction (children before parents).
+        self._batching = config.durable and not config.shared
+        self._pending: list[_Pending] = []
+        self._pending_keys: set[bytes] = set()
+        # Start requests are added in their start queue's order where it
+        # differs from the crawl's (``add_many(..., lifo=)``).
+        self._starts_apart = config.start_requests_apart and config.start_lifo != config.lifo
+        self._tokens = 0
+        # Tokens of an earlier run name request objects that are gone.
+        self._run = int.from_bytes(os.urandom(6), "big")
+        self._hold_limit = config.lease_timeout / 2
+        # A read-only "seen before?" on a local store (a shared store would
+        # pay a round trip per request for it).
+        self.seen_many: Callable[[tuple[bytes]], list[bool]] | None = (
+            store.seen_many if self._batching else None
+        )
+
+    def __len__(self) -> int:
+        """Requests queued and not handed to the engine."""
+        queued = self.main.pending() + len(self._pending)
+        if self.local is None:
+            return queued
+        return queued + self.local.pending()
+
+    def seen(self, fingerprint: bytes) -> bool:
+        """Whether a request with ``fingerprint`` was added (held, stored or in memory)."""
+        if fingerprint in self._pending_keys:
+            return True
+        for source in (self.main, self.local):
+            frontier = None if source is None else source.frontier
+            if frontier is None or frontier.closed:
+                continue
+            if frontier.seen_many((fingerprint,))[0]:
+                return True
+        return False
+
+    # -- adding ---------------------------------------------------------------------
+
+    def add(
+        self,
+        request: scrapy.Request,
+        *,
+        fingerprint: bytes,
+        dont_filter: bool,
+        start: bool,
+        slot: str,
+    ) -> tuple[bool, bool, Unserializable | None]:
+        """Add ``request``; return (added, stored as a payload, why it could not be).
+
+        Raises `StoreError` when the store fails; nothing was added then.
+        """
+        priority = crawlq_priority(request.priority, start)
+        entry = (priority, slot, dont_filter, fingerprint, start)
+        if self.failed:
+            return self._add_object(self.local_source(), request, *entry), False, None
+        main = self.main
+        if not self.config.durable:
+            return self._add_object(main, request, *entry), False, None
+        try:
+            added = self._add_payload(main, request, *entry)
+        except Unserializable as exc:
+            source = self.local_source() if self.config.shared else main
+            return self._add_object(source, request, *entry), False, exc
+        return added, added, None
+
+    def _crawlq_request(
+        self, url: str, priority: int, meta: dict[str, Any], dont_filter: bool
+    ) -> Request:
+        try:
+            return Request(url, priority=priority, meta=meta, dont_filter=dont_filter)
+        except InvalidRequest:
+            # Not an http(s) URL crawlq takes; the payload keeps the real one.
+            return Request(_PLACEHOLDER_URL, priority=priority, meta=meta, dont_filter=dont_filter)
+
+    def _add(
+        self, source: _Source, creq: Request, fingerprint: bytes, start: bool, request: Any
+    ) -> bool:
+        if self._batching and source is self.main and not self.failed:
+            return self._hold(creq, fingerprint, start, request)
+        options: dict[str, Any] = {}
+        if start and self._starts_apart:
+            options["lifo"] = self.config.start_lifo
+        parent = None
+        if self._unacked and source is self.main:
+            # A finished request's ack commits with this add, after it.
+            parent = options["ack"] = self._unacked.pop()
+        try:
+            added = source.frontier.add_many((creq,), fingerprints=(fingerprint,), **options)
+        except BaseException:
+            if parent is not None:
+                self._unacked.append(parent)
+            raise
+        if parent is not None:
+            source.in_flight -= 1
+            self.handed_out -= 1
+            self._count("crawlq/acked")
+        return bool(added[0])  # add_many is overloaded on invalid=; options are Any
+
+    def _hold(self, creq: Request, fingerprint: bytes, start: bool, request: Any) -> bool:
+        """Keep a new request for the next `flush`; False if it is a duplicate.
+
+        The caller checked the store for the fingerprint; this checks the
+        requests held. The flush cannot refuse one: it comes with its
+        fingerprint and download slot, so the frontier does not parse its URL.
+        """
+        if not creq.dont_filter:
+            if fingerprint in self._pending_keys:
+                return False
+            self._pending_keys.add(fingerprint)
+        self._pending.append((creq, fingerprint, start and self._starts_apart, request))
+        # Written at once when no request is in flight and it is not a start
+        # request (nothing would yield it again after a kill), or when many wait.
+        if (not self.handed_out and not start) or len(self._pending) >= _HOLD_MAX:
+            try:
+                self.flush()
+            except StoreError as exc:
+                self._on_failed(exc)  # the request is in memory now: still added
+        return True
+
+    def _add_payload(
+        self,
+        source: _Source,
+        request: scrapy.Request,
+        priority: int,
+        slot: str,
+        dont_filter: bool,
+        fingerprint: bytes,
+        start: bool,
+    ) -> bool:
+        meta: dict[str, Any] = {_SLOT: slot}
+        url = request.url
+        creq = self._crawlq_request(url, priority, meta, dont_filter)
+        meta[_PAYLOAD] = self._codec.encode(request, with_url=creq.url != url)
+        # With its fingerprint and slot given, the frontier does not parse
+        # the URL: a URL crawlq's Request takes is stored as it is.
+        return self._add(source, creq, fingerprint, start, request)
+
+    def _add_object(
+        self,
+        source: _Source,
+        request: scrapy.Request,
+        priority: int,
+        slot: str,
+        dont_filter: bool,
+        fingerprint: bytes,
+        start: bool,
+    ) -> bool:
+        self._tokens += 1
+        token = self._tokens
+        meta: dict[str, Any] = {_SLOT: slot, _TOKEN: token, _RUN: self._run}
+        creq = self._crawlq_request(request.url, priority, meta, dont_filter)
+        added = self._add(source, creq, fingerprint, start, request)
+        if added:
+            source.objects[token] = request
+        return added
+
+    def local_source(self) -> _Source:
+        """The in-memory frontier beside the store, opened on first use."""
+        local = self.local
+        if local is None:
+            config = self.config
+            frontier = open_frontier(
+                "memory://",
+                host_delay=config.host_delay,
+                host_concurrency=config.host_concurrency,
+                lifo=config.lifo,
+                lease_timeout=config.lease_timeout,
+                fingerprinter=Fingerprinter(mode="scrapy"),
+            )
+            local = self.local = _Source(frontier)
+        return local
+
+    # -- handing out ------------------------------------------------------------------
+
+    def pop(self) -> tuple[scrapy.Request, bool] | None:
+        """Hand out the next ready request and whether it came from the store's payloads.
+
+        None when nothing is ready now. A stored request that cannot be
+        rebuilt, or whose object is gone with an earlier run, is acked,
+        reported to ``on_dropped`` and skipped.
+        """
+        while True:
+            picked = self._pick()
+            if picked is None:
+                return None
+            source, creq = picked
+            meta = creq.meta
+            token = meta.get(_TOKEN)
+            if token is None:
+                try:
+                    request = self._codec.decode(meta[_PAYLOAD], creq.url)
+                except Exception as exc:
+                    self._drop(source, creq, exc)
+                    continue
+            else:
+                found = source.objects.get(token) if meta.get(_RUN) == self._run else None
+                if found is None:
+                    self._drop(source, creq, None)
+                    continue
+                request = found
+            key = id(request)
+            entries = self._in_flight.get(key)
+            if entries is None:
+                self._in_flight[key] = [(request, source, creq)]
+            else:
+                entries.append((request, source, creq))
+            source.in_flight += 1
+            self.handed_out += 1
+            return request, token is None
+
+    def _drop(self, source: _Source, creq: Request, reason: Exception | None) -> None:
+        self._on_dropped(creq.url, reason)
+        source.frontier.ack(creq)
+
+    def _pick(self) -> tuple[_Source, Request] | None:
+        main = self.main
+        local = self.local
+        if local is None:
+            creq = main.frontier.pop()
+            return None if creq is None else (main, creq)
+        # Two frontiers: pop one request from each (if none is held yet) and
+        # hand out the better; the other stays held, leased, for the next call.
+        now = time.monotonic()
+        for source in (main, local):
+            held = source.held
+            if held is not None and now - source.held_at > self._hold_limit:
+                source.held = None  # before its lease runs out: put it back
+                source.frontier.release(held)
+            if source.held is None:
+                source.held = source.frontier.pop()
+                source.held_at = now
+        best: _Source | None = None
+        for source in (local, main):  # memory first at equal priority, as in Scrapy
+            held = source.held
+            if held is not None and (
+                best is None or best.held is None or held.priority > best.held.priority
+            ):
+                best = source
+        if best is None or best.held is None:
+            return None
+        creq = best.held
+        best.held = None
+        return best, creq
+
+    def next_ready_in(self) -> float | None:
+        """Seconds until a request may be ready (None: only after an add)."""
+        delays = [
+            delay
+            for source in (self.main, self.local)
+            if source is not None and (delay := source.frontier.next_ready_in()) is not None
+        ]
+        return min(delays) if delays else None
+
+    # -- finishing --------------------------------------------------------------------
+
+    def finished(self, request: Any) -> None:
+        """Ack a request the engine is done with; unknown requests are ignored."""
+        entries = self._in_flight.get(id(request))
+        if entries is None:
+            return
+        index = next((i for i, entry in enumerate(entries) if entry[0] is request), -1)
+        if index < 0:
+            return
+        _, source, creq = entries.pop(index)
+        if not entries:
+            del self._in_flight[id(request)]
+        token = creq.meta.get(_TOKEN)
+        if token is not None:
+            source.objects.pop(token, None)
+        if self.failed and source is self.main:
+            # No ack after a store failure: it stays leased (in flight) in
+            # the store and comes back on resume.
+            self.handed_out -= 1
+            return
+        if source is self.main and self.config.durable:
+            # Written with the next requests held (SQLite) or the next add
+            # (Redis), or before the next request is handed out: one write
+            # saved per page, usually. Until then it still counts as in
+            # flight, so a kill re-fetches at most CRAWLQ_MAX_IN_FLIGHT.
+            self._unacked.append(creq)
+            return
+        source.in_flight -= 1
+        self.handed_out -= 1
+        source.frontier.ack(creq)
+        self._count("crawlq/acked")
+
+    def flush(self) -> None:
+        """Write the requests held and the acks pending, in one durable step.
+
+        Requests go first, acks after, in the same transaction. Raises the
+        store's `StoreError`; then the requests held go to the in-memory
+        frontier (so the crawl loses none of them while it closes) and the
+        acks are dropped (those requests come back on resume).
+        """
+        pending, unacked = self._pending, self._unacked
+        if not pending and not unacked:
+            return
+        self._pending, self._pending_keys, self._unacked = [], set(), []
+        main = self.main
+        self.handed_out -= len(unacked)
+        if self.failed:
+            # Never acked now: they stay leased in the store until resume.
+            self._rescue(pending)
+            return
+        # Runs of one order (start requests may be added FIFO in a LIFO crawl).
+        runs: list[list[_Pending]] = []
+        for held in pending:
+            if runs and runs[-1][0][2] == held[2]:
+                runs[-1].append(held)
+            else:
+                runs.append([held])
+        add_many = main.frontier.add_many
+        try:
+            for run in runs:
+                # Every one is new: checked against the store (which only
+                # this process writes) and against the others held.
+                add_many(
+                    [held[0] for held in run],
+                    fingerprints=[held[1] for held in run],
+                    ack=unacked if run is runs[-1] else None,
+                    lifo=self.config.start_lifo if run[0][2] else None,
+                )
+                pending = pending[len(run) :]
+            if not runs:
+                main.frontier.ack_many(unacked)
+        except BaseException:
+            self._rescue(pending)
+            raise
+        main.in_flight -= len(unacked)
+        for _ in unacked:
+            self._count("crawlq/acked")
+
+    def _rescue(self, pending: list[_Pending]) -> None:
+        """Move requests held for a store that failed to the in-memory frontier."""
+        objects = self.main.objects
+        local = self.local_source()
+        for creq, fingerprint, _, request in pending:
+            token = creq.meta.get(_TOKEN)
+            if token is not None:
+                objects.pop(token, None)
+            start = creq.priority % 2 == 0  # see crawlq_priority
+            slot = creq.meta[_SLOT]
+            self._add_object(
+                local, request, creq.priority, slot, creq.dont_filter, fingerprint, start
+            )
+
+    def settle(self) -> None:
+        """`flush`, marking the store `failed` instead of raising if it fails."""
+        try:
+            self.flush()
+        except StoreError:
+            self.failed = True
+
+    def close(self) -> int:
+        """Put back what was handed out and not finished, close both frontiers.
+
+        Returns how many requests the engine did not finish. Never raises for
+        the store: a durable store gives unfinished requests back on resume.
+        """
+        self.settle()
+        released = 0
+        for source in (self.main, self.local):
+            if source is None:
+                continue
+            leases = [
+                creq
+                for entries in self._in_flight.values()
+                for _, owner, creq in entries
+                if owner is source
+            ]
+            released += len(leases)
+            if source.held is not None:
+                leases.append(source.held)
+                source.held = None
+            if leases and not self.failed and not source.frontier.closed:
+                # The engine did not finish them (it was stopped hard): a
+                # shared store can hand them to another crawler at once.
+                with contextlib.suppress(StoreError):
+                    source.frontier.release_many(leases)
+        self._in_flight.clear()
+        self.handed_out = 0
+        self.main.frontier.close()
+        if self.local is not None:
+            self.local.frontier.close()
+        return released

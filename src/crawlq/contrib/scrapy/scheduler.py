@@ -1,0 +1,518 @@
+"""`Scheduler`: crawlq as Scrapy's ``SCHEDULER``.
+
+How requests are stored, ordered and acknowledged: see ``frontiers``.
+
+Pacing
+    Each request is filed under the download slot Scrapy's downloader will
+    use (``Downloader.get_slot_key``: ``meta["download_slot"]``, else the
+    host name, or its IP with ``CONCURRENT_REQUESTS_PER_IP``), with the
+    slot's delay and concurrency. crawlq therefore hands a request out only
+    when its slot can take it, and requests do not queue in the downloader's
+    per-slot queues, where priority is ignored.
+
+Failures
+    If the store fails mid-crawl (a full disk, say), the scheduler stops
+    acknowledging, keeps new requests in memory and closes the spider; what
+    was in flight comes back, with its children, when the job is resumed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, Self
+
+from scrapy.core.scheduler import BaseScheduler
+from scrapy.dupefilters import RFPDupeFilter
+from scrapy.settings import Settings
+from scrapy.utils.httpobj import urlparse_cached
+from scrapy.utils.job import job_dir
+from scrapy.utils.misc import build_from_crawler, load_object
+
+from ..._errors import ConfigError, IncompatibleStore, StoreError
+from ..._fingerprint import Fingerprinter
+from ..._frontier import Frontier
+from ..._open import open_frontier
+from .bookkeeping import Counts, RecentlySeen
+from .codec import RequestCodec, Unserializable
+from .dupefilter import DupeFilter
+from .engine import EngineHook, hookable, running_engine
+from .frontiers import Frontiers
+from .settings import SchedulerConfig
+
+if TYPE_CHECKING:
+    import scrapy
+    from scrapy.crawler import Crawler
+
+__all__ = ["Scheduler"]
+
+logger = logging.getLogger("crawlq.contrib.scrapy")
+
+#: Slot for requests Scrapy files under "" (URLs without a host, e.g. data:).
+_NO_HOST_SLOT: Final = "(no host)"
+_NO_FINGERPRINT: Final = bytes(16)
+
+
+class Scheduler(BaseScheduler):
+    """crawlq as Scrapy's scheduler: ``SCHEDULER = "crawlq.contrib.scrapy.Scheduler"``.
+
+    Durable with ``JOBDIR`` (or ``CRAWLQ_URL``): a request handed to the
+    engine is acknowledged only once the engine is done with it and every
+    request it produced is stored, in the same commit or an earlier one, so
+    Ctrl-C or ``kill -9`` followed by the same command resumes with nothing
+    lost (see ``frontiers`` for when writes happen). Orders by
+    Scrapy priority with Scrapy's start-request rule, and paces each
+    download slot with ``DOWNLOAD_DELAY`` and
+    ``CONCURRENT_REQUESTS_PER_DOMAIN``. The settings are listed in
+    ``crawlq.contrib.scrapy``.
+
+    Duplicates: ``scheduler.df`` is the dupefilter, as in Scrapy's
+    scheduler. With the default ``DUPEFILTER_CLASS`` it is a
+    `DupeFilter` (an ``RFPDupeFilter``) and crawlq deduplicates with
+    ``crawler.request_fingerprinter`` in the frontier's seen set, which a
+    durable store keeps with the job; ``df.request_seen`` answers from that
+    set. With another class, that class decides (``df.request_seen``, then
+    ``df.log``), as in Scrapy, and the frontier keeps every request it lets
+    through. ``dont_filter`` skips both.
+
+    The constructor takes the arguments of Scrapy's scheduler; ``jobdir``
+    and ``logunser`` win over ``JOBDIR`` and ``SCHEDULER_DEBUG``, ``dqclass``
+    and ``mqclass`` over ``SCHEDULER_DISK_QUEUE`` and
+    ``SCHEDULER_MEMORY_QUEUE`` (which pick FIFO or LIFO), and ``pqclass`` is
+    not used. Opened with no engine at all (a test, say), it gives each
+    request up for good as it hands it out, as Scrapy's scheduler does.
+
+    ``DOWNLOAD_DELAY`` is the least gap crawlq leaves between two requests of
+    a slot; Scrapy's downloader still adds its jitter (``DOWNLOAD_DELAY_JITTER``
+    or ``RANDOMIZE_DOWNLOAD_DELAY``, ±50% by default) on top, so the average
+    gap comes out about 12% above ``DOWNLOAD_DELAY`` where Scrapy's own
+    scheduler averages it. Handing requests out at the lower end of the jitter
+    instead would let them queue in the downloader's slots, which is what
+    this scheduler exists to avoid. ``CRAWLQ_HOST_DELAY`` overrides it.
+
+    Stats: Scrapy's ``scheduler/enqueued[/disk|/memory]``,
+    ``scheduler/dequeued[/disk|/memory]``, ``dupefilter/filtered``,
+    ``scheduler/unserializable``; and crawlq's ``crawlq/acked``,
+    ``crawlq/resumed`` (requests found in the store at open),
+    ``crawlq/released`` (handed out, not finished at close),
+    ``crawlq/unserializable_lost`` (kept in memory by an earlier run, gone),
+    ``crawlq/undecodable`` (stored requests that cannot be rebuilt, e.g.
+    their callback no longer exists; logged and dropped). Scrapy's stats are
+    updated in batches of a few hundred operations, and whenever the
+    scheduler has nothing ready.
+
+    Raises `ConfigError` at open for a bad setting or store URL (naming the
+    setting), and the store's `StoreError` (e.g. `JobLocked`) when the store
+    cannot be opened; the crawl then stops before any request is fetched.
+    """
+
+    def __init__(
+        self,
+        dupefilter: Any,
+        jobdir: str | None = None,
+        dqclass: type | None = None,
+        mqclass: type | None = None,
+        logunser: bool = False,
+        stats: Any = None,
+        pqclass: type | None = None,
+        crawler: Crawler | None = None,
+    ) -> None:
+        settings = Settings(crawler.settings.copy_to_dict() if crawler is not None else None)
+        overrides: dict[str, Any] = {"JOBDIR": jobdir, "SCHEDULER_DEBUG": logunser}
+        if dqclass is not None:
+            overrides["SCHEDULER_DISK_QUEUE"] = dqclass
+        if mqclass is not None:
+            overrides["SCHEDULER_MEMORY_QUEUE"] = mqclass
+        settings.setdict(overrides, priority="cmdline")
+        self.config = SchedulerConfig.from_settings(settings)
+        if jobdir:
+            Path(jobdir).mkdir(parents=True, exist_ok=True)  # as Scrapy's scheduler does
+        self.crawler = crawler
+        self.df = dupefilter
+        # The default dupefilter: crawlq deduplicates in the frontier.
+        self._dedup = isinstance(dupefilter, DupeFilter)
+        if stats is None and crawler is not None:
+            stats = crawler.stats
+        self.stats = stats
+        self._counts = Counts(stats)
+        self._count = self._counts.add
+        self.spider: scrapy.Spider | None = None
+        self._frontiers: Frontiers | None = None
+        self._hook: EngineHook | None = None
+        self._in_engine = False
+        self._log_unserializable = True
+        self._log_lost = True
+        self._failed: StoreError | None = None
+        self._recent = RecentlySeen()
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        """Build the scheduler from the crawler's settings; raise `ConfigError` for a bad one.
+
+        ``DUPEFILTER_CLASS`` is built with ``build_from_crawler``; Scrapy's
+        default ``RFPDupeFilter`` becomes crawlq's `DupeFilter`.
+        """
+        settings = crawler.settings
+        dupefilter_cls = load_object(settings["DUPEFILTER_CLASS"])
+        if dupefilter_cls is RFPDupeFilter:
+            dupefilter_cls = DupeFilter
+        return cls(
+            dupefilter=build_from_crawler(dupefilter_cls, crawler),
+            jobdir=job_dir(settings),
+            dqclass=load_object(settings["SCHEDULER_DISK_QUEUE"]),
+            mqclass=load_object(settings["SCHEDULER_MEMORY_QUEUE"]),
+            logunser=settings.getbool("SCHEDULER_DEBUG"),
+            stats=crawler.stats,
+            crawler=crawler,
+        )
+
+    # -- opening and closing ------------------------------------------------------
+
+    @property
+    def frontier(self) -> Frontier:
+        """The crawlq frontier holding the requests (after `open`)."""
+        if self._frontiers is None:
+            raise RuntimeError("the scheduler is not open")
+        return self._frontiers.main.frontier
+
+    def open(self, spider: scrapy.Spider) -> Any:
+        """Open the store, resume what it holds, attach to the engine, open the dupefilter.
+
+        Returns what the dupefilter's ``open()`` returns.
+        """
+        self.spider = spider
+        crawler = self.crawler
+        if crawler is None:
+            crawler = self.crawler = getattr(spider, "crawler", None)
+        if crawler is None:
+            raise ConfigError(
+                "crawlq.contrib.scrapy.Scheduler needs a crawler: build it with "
+                "Scheduler.from_crawler(crawler) or pass crawler=, or open it with a "
+                "spider made by Spider.from_crawler"
+            )
+        if self.stats is None:
+            self.stats = crawler.stats
+            self._counts.stats = crawler.stats
+        if self._dedup:
+            self._fingerprint = self.df.fingerprinter.fingerprint
+        engine = running_engine(crawler)
+        downloader = getattr(engine, "downloader", None)
+        self._slot_key = downloader.get_slot_key if downloader is not None else _slot_key
+        self._in_engine = engine is not None
+        config = self.config
+        self._warn_about_settings()
+        host_delay = config.host_delay
+        if crawler.settings.get("CRAWLQ_HOST_DELAY") is None:
+            # Scrapy 2.13 reads a spider's download_delay attribute in its
+            # downloader; later releases turn it into DOWNLOAD_DELAY.
+            host_delay = float(getattr(spider, "download_delay", host_delay))
+        store = self._open(config.url, host_delay)
+        try:
+            # A stand-in engine without a slot (as in Scrapy's own tests)
+            # reports no finished requests: they stay leased until close.
+            if engine is not None and hookable(engine):
+                self._hook = EngineHook(crawler, self._finished)
+        except BaseException:
+            store.close()
+            raise
+        self._frontiers = Frontiers(
+            store, config, RequestCodec(spider), self._count, self._dropped, self._store_failed
+        )
+        if self._dedup:
+            self.df.attach(self._seen, self._count)
+        resumed = len(store)
+        if resumed:
+            logger.info(
+                "Resuming crawl (%(queuesize)d requests scheduled)",
+                {"queuesize": resumed},
+                extra={"spider": spider},
+            )
+            self.stats.set_value("crawlq/resumed", resumed)
+        return self.df.open()
+
+    def _open(self, url: str, host_delay: float) -> Frontier:
+        config = self.config
+        options = {
+            "host_delay": host_delay,
+            "host_concurrency": config.host_concurrency,
+            "lifo": config.lifo,
+            "lease_timeout": config.lease_timeout,
+            "fingerprinter": Fingerprinter(mode="scrapy"),
+            # The scheduler writes a page's acks with its links itself, and its
+            # bound (at most CONCURRENT_REQUESTS refetched after a kill) needs
+            # an ack on its own to be durable when it returns.
+            "ack_delay": 0.0,
+            **config.options,
+        }
+        try:
+            return open_frontier(url, **options)
+        except IncompatibleStore as exc:
+            hint = ""
+            if exc.setting == "lifo":
+                hint = (
+                    f" (this crawl asks for CRAWLQ_LIFO={config.lifo}, from CRAWLQ_LIFO or "
+                    "SCHEDULER_DISK_QUEUE: set CRAWLQ_LIFO to the job's value)"
+                )
+            raise IncompatibleStore(
+                f"CRAWLQ_URL={url!r}: {exc}{hint}", setting=exc.setting
+            ) from None
+        except ConfigError as exc:
+            raise ConfigError(f"CRAWLQ_URL={url!r} (or CRAWLQ_OPTIONS): {exc}") from None
+        except StoreError as exc:
+            raise type(exc)(f"CRAWLQ_URL={url!r}: {exc}") from None
+
+    def _warn_about_settings(self) -> None:
+        assert self.crawler is not None
+        settings = self.crawler.settings
+        jobdir = self.config.jobdir
+        if (
+            jobdir
+            and not settings.get("CRAWLQ_URL")
+            and Path(jobdir, "requests.queue").exists()
+            and any(Path(jobdir, "requests.queue").iterdir())
+        ):
+            logger.warning(
+                "JOBDIR %s holds requests queued by Scrapy's own scheduler "
+                "(requests.queue); crawlq keeps its job in crawlq.db and does not read them",
+                jobdir,
+            )
+        if settings.getdict("DOWNLOAD_SLOTS"):
+            logger.info(
+                "crawlq paces every download slot with CRAWLQ_HOST_DELAY/"
+                "CRAWLQ_HOST_CONCURRENCY; the per-slot values of DOWNLOAD_SLOTS are "
+                "still applied by Scrapy's downloader"
+            )
+
+    def close(self, reason: str) -> Any:
+        """Put back what the engine did not finish, close the store, then the dupefilter.
+
+        Returns what the dupefilter's ``close(reason)`` returns.
+        """
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+        if self._dedup:
+            self.df.detach()
+        frontiers = self._frontiers
+        if frontiers is None:
+            return self.df.close(reason)
+        frontiers.settle()  # requests held for a write are stored (or in memory) now
+        main = frontiers.main
+        left = main.pending() if not main.frontier.closed else 0
+        memory_only = frontiers.local.pending() if frontiers.local is not None else 0
+        released = frontiers.close()
+        self._counts.flush()
+        if released:
+            self.stats.set_value("crawlq/released", released)
+        if left and self.config.durable:
+            logger.info(
+                "crawlq: %(left)d requests left in %(store)s (reason: %(reason)s)",
+                {"left": left, "store": main.frontier.url, "reason": reason},
+            )
+        if memory_only and self.config.durable:
+            logger.warning(
+                "crawlq: %d requests that could not be stored were lost at close", memory_only
+            )
+        return self.df.close(reason)
+
+    # -- the BaseScheduler interface ------------------------------------------------
+
+    def has_pending_requests(self) -> bool:
+        """True while requests are queued (in-flight ones excepted)."""
+        return len(self) > 0
+
+    def __len__(self) -> int:
+        """Requests queued and not handed to the engine."""
+        frontiers = self._frontiers
+        return 0 if frontiers is None else len(frontiers)
+
+    def enqueue_request(self, request: scrapy.Request) -> bool:
+        """Store ``request``; return False if it is a duplicate (the engine drops it)."""
+        frontiers = self._frontiers
+        assert frontiers is not None, "the scheduler is not open"
+        config = self.config
+        dont_filter = request.dont_filter
+        if dont_filter:
+            fingerprint = _NO_FINGERPRINT
+        elif not self._dedup:
+            # Another DUPEFILTER_CLASS decides, as in Scrapy's scheduler.
+            if self.df.request_seen(request):
+                self.df.log(request, self.spider)
+                return False
+            fingerprint = _NO_FINGERPRINT
+            dont_filter = True
+        else:
+            fingerprint = self._fingerprint(request)
+            recent = self._recent
+            if fingerprint in recent:
+                self._duplicate(request)
+                return False
+            seen = frontiers.seen_many
+            if seen is not None and seen((fingerprint,))[0]:
+                # Refused before anything is built or encoded.
+                recent.add(fingerprint)
+                self._duplicate(request)
+                return False
+            if self.df.marks and self.df.marked(fingerprint):
+                self._duplicate(request)  # df.request_seen was asked about it
+                return False
+        start = config.start_requests_apart and bool(request.meta.get("is_start_request"))
+        slot = self._slot_key(request) or _NO_HOST_SLOT
+        add = frontiers.add
+        try:
+            added, stored, why = add(
+                request, fingerprint=fingerprint, dont_filter=dont_filter, start=start, slot=slot
+            )
+        except StoreError as exc:
+            self._store_failed(exc)  # from now on, requests are kept in memory
+            added, stored, why = add(
+                request, fingerprint=fingerprint, dont_filter=dont_filter, start=start, slot=slot
+            )
+        if not dont_filter:
+            self._recent.add(fingerprint)  # recorded now, if it was not before
+        if not added:
+            self._duplicate(request)
+            return False
+        count = self._count
+        count("scheduler/enqueued")
+        count("scheduler/enqueued/disk" if stored else "scheduler/enqueued/memory")
+        if why is not None:  # counted like Scrapy: after deduplication
+            self._unserializable(request, why)
+        return True
+
+    def next_request(self) -> scrapy.Request | None:
+        """Hand out the next request that is ready, or None (then wake the engine later).
+
+        None also while ``CRAWLQ_MAX_IN_FLIGHT`` requests are in the engine:
+        the engine asks again as soon as one finishes.
+        """
+        frontiers = self._frontiers
+        assert frontiers is not None, "the scheduler is not open"
+        try:
+            frontiers.flush()
+            limit = self.config.max_in_flight
+            if limit and frontiers.handed_out >= limit:
+                return None
+            popped = frontiers.pop()
+        except StoreError as exc:
+            self._store_failed(exc)
+            return None
+        if popped is None:
+            self._counts.flush()  # idle: let the stats catch up
+            self._wake_later()
+            return None
+        request, stored = popped
+        if not self._in_engine:
+            frontiers.finished(request)  # no engine to report it finished: done now
+        count = self._count
+        count("scheduler/dequeued")
+        count("scheduler/dequeued/disk" if stored else "scheduler/dequeued/memory")
+        return request
+
+    def _wake_later(self) -> None:
+        hook = self._hook
+        frontiers = self._frontiers
+        if hook is None or frontiers is None:
+            return
+        delay = frontiers.next_ready_in()  # None when nothing is queued or leased
+        if delay is not None:
+            # Never 0: the engine just heard None, it must not spin on it.
+            hook.wake_in(max(delay, 0.005), time.monotonic())
+
+    def _finished(self, request: Any) -> None:
+        """Ack a request the engine is done with (called by `EngineHook`)."""
+        frontiers = self._frontiers
+        if frontiers is None:
+            return
+        try:
+            frontiers.finished(request)
+        except StoreError as exc:
+            self._store_failed(exc)
+
+    # -- the unusual paths --------------------------------------------------------------
+
+    def _duplicate(self, request: scrapy.Request) -> None:
+        # Logged (DUPEFILTER_DEBUG) and counted by the dupefilter, as in Scrapy.
+        self.df.log(request, self.spider)
+
+    def _seen(self, fingerprint: bytes) -> bool:
+        """Whether the frontier has seen ``fingerprint`` (for `DupeFilter.request_seen`)."""
+        frontiers = self._frontiers
+        if fingerprint in self._recent or frontiers is None:
+            return fingerprint in self._recent
+        try:
+            return frontiers.seen(fingerprint)
+        except StoreError as exc:
+            self._store_failed(exc)
+            return False
+
+    def _unserializable(self, request: scrapy.Request, exc: Unserializable) -> None:
+        self._count("scheduler/unserializable")
+        if self._log_unserializable:
+            # Once, as Scrapy's scheduler does with SCHEDULER_DEBUG (crawlq
+            # logs it without it too: such a request is not durable).
+            logger.warning(
+                "Unable to serialize request: %(request)s - reason: %(reason)s - it is "
+                "kept in memory, in its place, and is lost if the crawl stops; no more "
+                "unserializable requests will be logged (stats being collected)",
+                {"request": request, "reason": exc},
+                extra={"spider": self.spider},
+            )
+            self._log_unserializable = False
+
+    def _dropped(self, url: str, reason: Exception | None) -> None:
+        """Log a stored request dropped while being handed out (see `Frontiers.pop`)."""
+        if reason is None:
+            self._count("crawlq/unserializable_lost")
+            if self._log_lost:
+                logger.warning(
+                    "crawlq dropped %(url)s: the request could not be stored (see "
+                    "scheduler/unserializable) and was lost when the crawl stopped; more "
+                    "are counted in crawlq/unserializable_lost",
+                    {"url": url},
+                    extra={"spider": self.spider},
+                )
+                self._log_lost = False
+            return
+        self._count("crawlq/undecodable")
+        logger.error(
+            "crawlq dropped stored request %(url)s: it cannot be rebuilt (%(reason)s)",
+            {"url": url, "reason": reason},
+            extra={"spider": self.spider},
+        )
+
+    def _store_failed(self, exc: StoreError) -> None:
+        """Stop acking, keep new requests in memory, and close the spider.
+
+        Nothing is lost: every request handed out since stays un-acked and
+        comes back, with its children, when the job is resumed.
+        """
+        if self._failed is not None:
+            return
+        self._failed = exc
+        if self._frontiers is not None:
+            self._frontiers.failed = True
+        logger.error(
+            "crawlq store failed: %(error)s; closing the spider. Requests in flight are "
+            "not acknowledged and will be fetched again when the job is resumed.",
+            {"error": exc},
+            extra={"spider": self.spider},
+        )
+        from scrapy.utils.defer import deferred_from_coro
+
+        engine = running_engine(self.crawler) if self.crawler is not None else None
+        if engine is None:
+            return
+        if hasattr(engine, "close_spider_async"):
+            deferred_from_coro(engine.close_spider_async(reason="crawlq_store_error"))
+        elif self.spider is not None:  # Scrapy 2.13
+            engine.close_spider(self.spider, reason="crawlq_store_error")
+
+
+def _slot_key(request: scrapy.Request) -> str:
+    """The download slot of ``request`` outside a crawl (Scrapy's ``Downloader.get_slot_key``)."""
+    slot = request.meta.get("download_slot")
+    if slot is not None:
+        return str(slot)
+    return urlparse_cached(request).hostname or ""

@@ -1,0 +1,174 @@
+"""The Scrapy settings the crawlq scheduler reads, checked once at start-up.
+
+The settings, their defaults and what each does are listed in the docstring
+of ``crawlq.contrib.scrapy`` (a table ready for the README). Every value is
+checked here, once, so that a bad one stops the crawl at start with a
+`ConfigError` naming the setting.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from ..._errors import ConfigError
+from ..._open import store_kind
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
+
+__all__ = ["SchedulerConfig"]
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    """What the scheduler reads from the crawler's settings, validated."""
+
+    url: str
+    #: The store keeps requests beyond this process (not ``memory://``).
+    durable: bool
+    #: Other processes may pop from the store (Redis), so it cannot hold
+    #: tokens of request objects that live in this process.
+    shared: bool
+    lifo: bool
+    host_delay: float
+    host_concurrency: int | None
+    lease_timeout: float
+    #: Most requests in the engine at once (downloading or being parsed); None: no limit.
+    max_in_flight: int | None
+    options: dict[str, Any] = field(default_factory=dict)
+    start_requests_apart: bool = True
+    #: Start requests come out newest first within a priority (a Lifo start queue class).
+    start_lifo: bool = False
+    jobdir: str | None = None
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> SchedulerConfig:
+        """Read and check the crawler's settings; raise `ConfigError` naming the bad one."""
+        return cls.from_settings(crawler.settings)
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> SchedulerConfig:
+        """Read and check ``settings``; raise `ConfigError` naming the bad one."""
+        jobdir = settings.get("JOBDIR") or None
+        url = settings.get("CRAWLQ_URL")
+        if url is None or url == "":
+            # An absolute sqlite URL, quoted, so that no JOBDIR name can read
+            # as another scheme or carry a query.
+            url = (
+                f"sqlite:///{quote(str(Path(jobdir, 'crawlq.db').absolute()))}"
+                if jobdir
+                else "memory://"
+            )
+        elif not isinstance(url, str):
+            raise ConfigError(
+                f"CRAWLQ_URL must be a str such as 'memory://' or a job directory, not {url!r}"
+            )
+        try:
+            kind = store_kind(url)
+        except ConfigError as exc:
+            raise ConfigError(f"CRAWLQ_URL={url!r}: {exc}") from None
+        durable, shared = kind.durable, kind.shared
+        lifo_setting = settings.get("CRAWLQ_LIFO")
+        if lifo_setting is None:
+            queue = settings.get("SCHEDULER_DISK_QUEUE" if durable else "SCHEDULER_MEMORY_QUEUE")
+            lifo = _is_lifo(queue, default=True)
+        else:
+            lifo = _bool(settings, "CRAWLQ_LIFO")
+        start_queue = settings.get(
+            "SCHEDULER_START_DISK_QUEUE" if durable else "SCHEDULER_START_MEMORY_QUEUE"
+        )
+        host_delay = _seconds(settings, "CRAWLQ_HOST_DELAY", None)
+        if host_delay is None:
+            host_delay = _seconds(settings, "DOWNLOAD_DELAY", 0.0) or 0.0
+        concurrency = _count(settings, "CRAWLQ_HOST_CONCURRENCY")
+        if concurrency is None:
+            concurrency = _count(settings, "CONCURRENT_REQUESTS_PER_IP") or _count(
+                settings, "CONCURRENT_REQUESTS_PER_DOMAIN"
+            )
+        max_in_flight = _count(settings, "CRAWLQ_MAX_IN_FLIGHT")
+        if max_in_flight is None and durable:
+            # Bounds the re-fetches after a kill. In memory nothing is
+            # fetched again, and Scrapy's engine bounds the downloads itself:
+            # no cap, so requests go out when Scrapy's scheduler would send them.
+            max_in_flight = _count(settings, "CONCURRENT_REQUESTS")
+        lease_timeout = _seconds(settings, "CRAWLQ_LEASE_TIMEOUT", 600.0)
+        if lease_timeout is None or lease_timeout <= 0:
+            raise ConfigError(f"CRAWLQ_LEASE_TIMEOUT must be > 0 seconds, not {lease_timeout!r}")
+        options = settings.get("CRAWLQ_OPTIONS") or {}
+        if not isinstance(options, dict) and hasattr(options, "copy_to_dict"):
+            options = options.copy_to_dict()
+        if not isinstance(options, dict):
+            raise ConfigError(
+                f"CRAWLQ_OPTIONS must be a dict of open_frontier options, not {options!r}"
+            )
+        return cls(
+            url=url,
+            durable=durable,
+            shared=shared,
+            lifo=lifo,
+            host_delay=host_delay,
+            host_concurrency=concurrency or None,
+            lease_timeout=lease_timeout,
+            max_in_flight=max_in_flight or None,
+            options=dict(options),
+            start_requests_apart=bool(start_queue),
+            start_lifo=bool(start_queue) and _is_lifo(start_queue, default=False),
+            jobdir=jobdir,
+        )
+
+
+def _is_lifo(queue: Any, *, default: bool) -> bool:
+    """Whether a queue class (or its path) names a LIFO queue; ``default`` if neither.
+
+    Scrapy's queue classes are made by factories (``PickleFifoDiskQueue`` is
+    a class named ``ScrapyRequestQueue``): the first class of its MRO whose
+    name says "fifo" or "lifo" decides (queuelib's ``LifoMemoryQueue``
+    subclasses its ``FifoMemoryQueue``).
+    """
+    classes = queue.__mro__ if isinstance(queue, type) else (queue,)
+    for cls in classes:
+        name = cls.__qualname__ if isinstance(cls, type) else str(cls)
+        name = name.rsplit(".", 1)[-1].lower()
+        if "lifo" in name:
+            return True
+        if "fifo" in name:
+            return False
+    return default
+
+
+def _bool(settings: BaseSettings, name: str) -> bool:
+    try:
+        return settings.getbool(name)
+    except ValueError:
+        raise ConfigError(f"{name} must be True or False, not {settings.get(name)!r}") from None
+
+
+def _seconds(settings: BaseSettings, name: str, default: float | None) -> float | None:
+    value = settings.get(name)
+    if value is None:
+        return default
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be a number of seconds, not {value!r}") from None
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ConfigError(f"{name} must be a finite number of seconds >= 0, not {value!r}")
+    return seconds
+
+
+def _count(settings: BaseSettings, name: str) -> int | None:
+    value = settings.get(name)
+    if value is None:
+        return None
+    try:
+        count = int(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be an int, not {value!r}") from None
+    if count < 0:
+        raise ConfigError(f"{name} must be >= 0, not {value!r}")
+    return count

@@ -1,0 +1,218 @@
+"""The part of `Scheduler` that works with a `StoreThread`: batches and their results.
+
+Only used for a store that does I/O (SQLite, Redis); see `crawlq._store_thread`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from typing import TYPE_CHECKING
+
+from .._batch import with_skipped
+from .._frontier import Frontier, Invalid
+from .._request import Request
+from .holdings import Holdings, logger
+from .store_thread import Add, Batch, Outcome, StoreThread
+
+__all__ = ["BatchedCalls"]
+
+
+class BatchedCalls:
+    """Plans a `StoreThread`'s batches and hands their results to waiting coroutines."""
+
+    _frontier: Frontier
+    _maxsize: int
+    _thread: StoreThread | None
+    _getters: deque[asyncio.Future[Request | None]]
+    _joiners: deque[asyncio.Future[None]]
+    _look: bool
+    _want_counts: bool
+    _queued: int
+    _leased: int
+    _counts_read: int
+    _holdings: Holdings
+    _ahead: deque[tuple[Request, float]]
+
+    if TYPE_CHECKING:
+
+        def _changed(self) -> None: ...
+        def _wake_adders(self) -> None: ...
+        def _check_idle(self) -> None: ...
+        def _arm_timer(self, delay: float | None) -> None: ...
+        def _finish(self, request: Request, *, done: bool) -> None: ...
+
+    async def _add_on_thread(
+        self,
+        thread: StoreThread,
+        batch: list[Request | str],
+        acked: tuple[Request, ...],
+        invalid: Invalid,
+    ) -> list[bool] | list[bool | None]:
+        frontier = self._frontier
+        frontier._check_open()
+        entries, skipped = frontier._prepare(batch, None, invalid)
+        leases = frontier._leases(acked) if acked else ()
+        if not entries and not leases:
+            added: list[bool] = []
+        else:
+            future: asyncio.Future[list[bool]] = asyncio.get_running_loop().create_future()
+            # (Only a shared store leases ahead for adding workers: see _plan_batch.)
+            worker = frontier.shared and self._holdings.current_task_holds()
+            add = Add(entries, leases, future, worker)
+            thread.pending.adds.append(add)
+            self._changed()
+            try:
+                added = await future
+            except asyncio.CancelledError:
+                # Not sent yet: withdrawn. In flight: it happens anyway (the
+                # task's held requests are released after it: a no-op then).
+                with contextlib.suppress(ValueError):
+                    thread.pending.adds.remove(add)
+                raise
+        if not skipped:
+            return added
+        frontier._count_skipped(skipped)
+        return with_skipped(added, skipped)
+
+    def _plan_batch(self, batch: Batch) -> None:
+        """Fill in a batch about to start (see `StoreThread`)."""
+        live = sum(1 for future in self._getters if not future.done())
+        if live and (self._look or batch):
+            batch.pops = live
+            batch.ready = True
+        self._look = False
+        if self._frontier.shared:
+            # Each worker that adds asks for its next request soon after:
+            # lease it in the write's round trip (see _take_ahead), for at
+            # most one request per worker in all.
+            adding = sum(1 for add in batch.adds if add.worker)
+            room = self._holdings.tasks - live - len(self._ahead)
+            batch.ahead = max(0, min(adding, room))
+        batch.counts = self._maxsize > 0 or self._want_counts or bool(self._joiners)
+        batch.counts_read = self._counts_read
+        self._want_counts = False
+
+    def _workers(self) -> int:
+        return self._holdings.tasks
+
+    def _wants_batch(self) -> bool:
+        assert self._thread is not None
+        return (
+            bool(self._thread.pending) or self._want_counts or (self._look and bool(self._getters))
+        )
+
+    def _sync_point(self) -> None:
+        if self._thread is not None:
+            self._thread.sync_point()
+
+    def _read_counts(self) -> None:
+        """Refresh the counts ``maxsize`` is checked against (under the frontier's lock)."""
+        if self._thread is not None and self._maxsize > 0:
+            self._queued, self._leased = self._frontier._counts()
+            self._counts_read += 1  # a batch in flight now brings older counts
+
+    def _fail(self, batch: Batch, exc: Exception) -> None:
+        for add in batch.adds:
+            if not add.future.done():
+                add.future.set_exception(exc)
+        for getter in self._getters:
+            if not getter.done():
+                getter.set_exception(exc)
+        self._getters.clear()
+
+    def _settle(self, batch: Batch, out: Outcome) -> None:
+        """Hand a batch's results to the coroutines that asked for them."""
+        for index, add in enumerate(batch.adds):
+            if add.future.done():
+                continue
+            if out.added is not None:
+                add.future.set_result(out.added[index])
+            elif out.add_error is not None:
+                add.future.set_exception(out.add_error)
+        self._retry_writes(out)
+        getters = self._getters
+        leased_at = time.monotonic()
+        for request in out.popped:
+            while getters and getters[0].done():
+                getters.popleft()
+            if getters:
+                getters.popleft().set_result(request)
+            else:  # leased ahead, or its getter was cancelled meanwhile
+                self._ahead.append((request, leased_at))
+        if out.pop_error is not None:
+            while getters:
+                getter = getters.popleft()
+                if not getter.done():
+                    getter.set_exception(out.pop_error)
+        if out.counts is not None and batch.counts_read == self._counts_read:
+            self._queued, self._leased = out.counts
+        if out.popped or out.counts is not None:
+            self._wake_adders()
+        if out.counts_error is not None:
+            while self._joiners:
+                joiner = self._joiners.popleft()
+                if not joiner.done():
+                    joiner.set_exception(out.counts_error)
+        elif out.counts is not None and not (self._thread and self._thread.pending):
+            self._check_idle()  # nothing left to write: the counts are the truth
+        if batch.ready and getters:
+            self._arm_timer(out.ready_in)
+
+    def _take_ahead(self) -> Request | None:
+        """A request leased ahead for the getters to come, or None.
+
+        They wait here on the loop, so a worker's get after its write costs
+        no batch. They are real leases, their hosts' delays counting from the
+        lease: once they have waited half their ``lease_timeout``, or
+        ``host_delay`` if shorter, they go back (released) rather than out,
+        so a host's next pop cannot come due while one of its requests waits.
+        """
+        ahead = self._ahead
+        if not ahead:
+            return None
+        policy = self._frontier.policy
+        limit = policy.lease_timeout / 2
+        if policy.host_delay > 0:
+            limit = min(limit, policy.host_delay)
+        now = time.monotonic()
+        taken = None
+        released = False
+        while ahead and taken is None:
+            request, leased_at = ahead.popleft()
+            if now - leased_at <= limit:
+                taken = request
+            else:
+                self._finish(request, done=False)
+                released = True
+        if released:
+            self._changed()  # the releases go out with a batch now
+        return taken
+
+    def _release_ahead(self) -> None:
+        """Put the requests leased ahead back in their places (with the next batch)."""
+        while self._ahead:
+            self._finish(self._ahead.popleft()[0], done=False)
+
+    def _retry_writes(self, out: Outcome) -> None:
+        if not (out.unwritten_acks or out.unwritten_releases):
+            return
+        if self._frontier.closed:
+            logger.info(
+                "%d acks and %d releases not written: the frontier was closed; "
+                "their requests come back when their leases expire",
+                len(out.unwritten_acks),
+                len(out.unwritten_releases),
+            )
+            return
+        logger.warning(
+            "writing %d acks and %d releases failed (%s); tried again with the next batch",
+            len(out.unwritten_acks),
+            len(out.unwritten_releases),
+            out.write_error,
+        )
+        assert self._thread is not None
+        self._thread.pending.acks[:0] = out.unwritten_acks
+        self._thread.pending.releases[:0] = out.unwritten_releases

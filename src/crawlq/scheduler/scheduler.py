@@ -1,0 +1,564 @@
+"""The asyncio facade over a `Frontier`: waiting, direct delivery, backpressure.
+
+The frontier never waits; this layer does. Three kinds of coroutine may wait
+here, each on a future of its own kept in a FIFO deque:
+
+- getters wait for a request. Whenever the frontier may have changed (an add,
+  an ack, a release, or the time at which a paced host becomes ready), the
+  scheduler pops requests and hands them straight to the oldest getters
+  (direct delivery). A getter cancelled after its hand-off puts the request
+  back with ``release``, so cancellation can never lose a request;
+- adders wait for room when ``maxsize`` requests are queued;
+- joiners wait for the frontier to hold nothing queued or leased.
+
+No coroutine polls a local store: a single timer is armed for the moment the
+frontier says its next request becomes ready. On a shared store (Redis) other
+workers add and ack unseen, so the timer also fires every half second while
+coroutines wait.
+
+A store that does I/O (SQLite, Redis) is never called on the event loop by
+the coroutine methods (``get``, ``add``, ``add_many``, ``join``) nor by
+``task_done`` and ``release``: their calls go, batched, to the frontier's own
+thread (see `crawlq._store_thread`), so a commit, a round trip or a Redis
+retry never stalls the loop, and calls that arrive while one batch is in
+flight share the next commit or round trip. ``task_done`` and ``release``
+return at once; their write follows with the next batch (an error is retried
+there; if it never succeeds the lease expires and the request comes back,
+as at-least-once allows). The plain methods that answer at once
+(``add_nowait``, ``get_nowait``, ``stats``, ``qsize``) call the store on
+the calling thread, after the batch in flight. The memory store is called
+directly: it never blocks.
+
+A worker that dies is never silent: when a task ends with an exception while
+holding requests from ``get`` (see `Holdings`), they are released, an error
+naming them is logged on the ``crawlq`` logger, and ``join`` raises
+`WorkerFailed`. A task cancelled holding requests has them released too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Literal, overload
+
+from .._errors import (
+    ConfigError,
+    InvalidRequest,
+    QueueEmpty,
+    QueueFull,
+    SchedulerClosed,
+    WorkerFailed,
+)
+from .._frontier import Frontier, Invalid
+from .._request import Request
+from ..stores.base import HostCount
+from .batches import BatchedCalls
+from .holdings import Holdings, WorkerWatch
+from .store_thread import StoreThread
+
+__all__ = ["Scheduler", "SchedulerStats"]
+
+# A timer never fires sooner than this after being armed, so that a store whose
+# ready time is approximate cannot make the scheduler spin.
+_MIN_WAIT = 0.001
+# How often a waiting get() looks again at a store other processes change.
+_SHARED_POLL = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerStats:
+    """A snapshot of a scheduler and its frontier."""
+
+    #: Requests waiting in the frontier.
+    queued: int
+    #: Requests handed out and not yet marked done (leased in the frontier).
+    in_flight: int
+    #: Distinct fingerprints the frontier has recorded.
+    seen: int
+    #: Coroutines waiting in `Scheduler.get`.
+    waiting_consumers: int
+    #: True once `Scheduler.close` was called.
+    closed: bool
+    #: Per-host counts, busiest first, when asked for with ``hosts=True``.
+    hosts: tuple[HostCount, ...] | None = None
+    #: Invalid requests ``add_many(..., invalid="skip")`` skipped (see `FrontierStats`).
+    skipped: int = 0
+
+
+class Scheduler(BatchedCalls, WorkerWatch):
+    """Hands requests from a frontier to asyncio workers, waiting when none is ready.
+
+    ``maxsize`` bounds the number of queued requests (0: no bound): ``add``
+    waits for room and ``add_nowait`` raises `QueueFull`; nothing is dropped.
+    The scheduler does not own the frontier: closing it leaves the frontier
+    open, so durable state can be closed (and resumed) by its owner.
+
+    Raises `ConfigError` for a bad ``maxsize`` or something that is not a
+    `Frontier`.
+    """
+
+    def __init__(self, frontier: Frontier, *, maxsize: int = 0) -> None:
+        if not isinstance(frontier, Frontier):
+            raise ConfigError(
+                f"Scheduler needs a crawlq Frontier (from crawlq.open_frontier()), not {frontier!r}"
+            )
+        if isinstance(maxsize, bool) or not isinstance(maxsize, int) or maxsize < 0:
+            raise ConfigError(f"maxsize must be an int >= 0 (0: unbounded), not {maxsize!r}")
+        self._frontier = frontier
+        self._maxsize = maxsize
+        self._getters: deque[asyncio.Future[Request | None]] = deque()
+        self._adders: deque[asyncio.Future[None]] = deque()
+        self._joiners: deque[asyncio.Future[None]] = deque()
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
+        self._closed = False
+        self._holdings = Holdings(frontier, self._release_held, self._on_worker_end)
+        self._failure: WorkerFailed | None = None
+        # A store that does I/O is called on a thread of its own, in batches.
+        self._thread: StoreThread | None = None
+        self._look = False  # the frontier may have changed: pop for waiting getters
+        self._want_counts = False
+        self._queued = self._leased = 0  # counts read by the latest batch
+        self._counts_read = 0  # times the counts were read on the loop's thread
+        # Requests leased ahead, with when (see _take_ahead).
+        self._ahead: deque[tuple[Request, float]] = deque()
+        if frontier.durable or frontier.shared:
+            self._thread = StoreThread(frontier, self)
+            self._queued, self._leased = frontier._counts()
+
+    @property
+    def frontier(self) -> Frontier:
+        """The frontier this scheduler hands out from."""
+        return self._frontier
+
+    @property
+    def maxsize(self) -> int:
+        """Most queued requests before ``add`` waits (0: unbounded)."""
+        return self._maxsize
+
+    # -- adding ---------------------------------------------------------------
+
+    @staticmethod
+    def _request(request: Request | str, fields: dict[str, Any]) -> Request:
+        if isinstance(request, str):
+            return Request(request, **fields)
+        if fields:
+            raise InvalidRequest(
+                "keyword fields go with a URL, not with a Request; use request.replace()"
+            )
+        return request
+
+    def _full(self) -> bool:
+        if self._maxsize <= 0:
+            return False
+        if self._thread is not None:
+            return self._queued >= self._maxsize  # as the latest batch read it
+        return self._frontier.stats().queued >= self._maxsize
+
+    def add_nowait(self, request: Request | str, **fields: Any) -> bool:
+        """Add a request (or a URL with `Request` keyword fields) without waiting.
+
+        Returns False for a duplicate. Raises `QueueFull` if ``maxsize``
+        requests are queued, `SchedulerClosed` after ``close()``, and what
+        `Frontier.add` raises. With a store that does I/O, the write happens
+        here, on the calling thread (``await add()`` does it on the store's).
+        """
+        self._check_open()
+        request = self._request(request, fields)
+        self._sync_point()
+        with self._frontier._lock:
+            if self._maxsize > 0 and self._frontier._counts()[0] >= self._maxsize:
+                raise QueueFull(
+                    f"{self._maxsize} requests are queued (maxsize); await add() to wait for room"
+                )
+            added = self._frontier.add(request)
+            self._read_counts()
+        if added:
+            self._changed()
+        return added
+
+    async def add(self, request: Request | str, **fields: Any) -> bool:
+        """Add a request, waiting for room while ``maxsize`` requests are queued.
+
+        Returns False for a duplicate. Raises `SchedulerClosed` if the
+        scheduler is or gets closed, and what `Frontier.add` raises.
+        """
+        request = self._request(request, fields)
+        if self._thread is not None:
+            return (await self.add_many((request,)))[0]
+        await self._wait_for_room()
+        added = self._frontier.add(request)
+        if added:
+            self._changed()
+        return added
+
+    @overload
+    async def add_many(
+        self,
+        requests: Iterable[Request | str],
+        *,
+        ack: Request | Iterable[Request] | None = None,
+        invalid: Literal["raise"] = "raise",
+    ) -> list[bool]: ...
+
+    @overload
+    async def add_many(
+        self,
+        requests: Iterable[Request | str],
+        *,
+        ack: Request | Iterable[Request] | None = None,
+        invalid: Invalid,
+    ) -> list[bool | None]: ...
+
+    async def add_many(
+        self,
+        requests: Iterable[Request | str],
+        *,
+        ack: Request | Iterable[Request] | None = None,
+        invalid: Invalid = "raise",
+    ) -> list[bool] | list[bool | None]:
+        """Add a batch (`Request`s or URL strings) in one frontier operation.
+
+        False marks each duplicate. ``invalid="skip"`` skips requests that
+        cannot be stored (None in the result) instead of raising
+        `InvalidRequest` for the whole batch; ``ack`` marks the request (or
+        requests) the batch came from done in the same durable step, as
+        `Frontier.add_many` does: ``await scheduler.add_many(links,
+        ack=request)`` replaces ``task_done(request)``. With ``maxsize``,
+        waits until the queue is below it, then adds the whole batch (which
+        may take it past ``maxsize`` by the batch size); a task that holds
+        requests from `get` (a worker adding a page's links) never waits.
+        With a store that does I/O, returns once the batch is durable (it may
+        share its commit or round trip with other coroutines' calls). Raises
+        `SchedulerClosed` if the scheduler is or gets closed (nothing is
+        added or acked then), and what `Frontier.add_many` raises.
+        """
+        batch = list(requests)
+        acked: tuple[Request, ...] = ()
+        if ack is not None:
+            acked = (ack,) if isinstance(ack, Request) else tuple(ack)
+        await self._wait_for_room()
+        if self._thread is not None:
+            added = await self._add_on_thread(self._thread, batch, acked, invalid)
+        else:
+            added = self._frontier.add_many(batch, ack=acked or None, invalid=invalid)
+        for request in acked:
+            self._holdings.forget(request)
+        if self._thread is None and (acked or any(added)):
+            self._changed()
+        return added
+
+    async def _wait_for_room(self) -> None:
+        self._check_open()
+        if self._holdings.current_task_holds():
+            # A worker adding the links of a page it holds never waits: if
+            # every worker waited for room, none would be left to make it.
+            return
+        while self._full():
+            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._adders.append(future)
+            try:
+                await future
+            except BaseException:
+                if not future.done():
+                    future.cancel()
+                elif not future.cancelled() and future.exception() is None:
+                    # We were woken for room we will not use: pass it on.
+                    self._wake_adders()
+                raise
+            self._check_open()
+
+    # -- getting --------------------------------------------------------------
+
+    def get_nowait(self) -> Request:
+        """Return the next ready request, leased. Raises `QueueEmpty` if none is ready.
+
+        With a store that does I/O, the pop happens here, on the calling thread.
+        """
+        self._check_open()
+        request = self._take_ahead()
+        if request is None:
+            self._sync_point()
+            with self._frontier._lock:
+                request = self._frontier.pop()
+                self._read_counts()
+        if request is None:
+            raise QueueEmpty("no request is ready now")
+        self._wake_adders()
+        self._holdings.hold(request)
+        return request
+
+    async def get(self) -> Request:
+        """Wait for the next ready request and return it, leased.
+
+        Mark it done with `task_done` (or put it back with `release`). Waits
+        for a paced host's delay without polling. Raises `SchedulerClosed` if
+        the scheduler is or gets closed, and the store's error when a pop
+        fails. If the waiting coroutine is cancelled after a request was
+        handed to it, the request is released back.
+        """
+        loop = asyncio.get_running_loop()
+        while True:
+            self._check_open()
+            if not self._getters and self._ahead:
+                request = self._take_ahead()
+                if request is not None:
+                    self._wake_adders()
+                    self._holdings.hold(request)
+                    return request
+            if not self._getters and self._thread is None:
+                request = self._frontier.pop()
+                if request is not None:
+                    self._wake_adders()
+                    self._holdings.hold(request)
+                    return request
+            future: asyncio.Future[Request | None] = loop.create_future()
+            self._getters.append(future)
+            if self._thread is not None:
+                self._changed()
+            else:
+                self._arm_timer(self._frontier.next_ready_in())
+            try:
+                delivered = await future
+            except BaseException:
+                self._abandon(future)
+                raise
+            if delivered is not None:
+                self._holdings.hold(delivered)
+                return delivered
+            # Woken without a request (the timer): try the frontier again.
+
+    def _abandon(self, future: asyncio.Future[Request | None]) -> None:
+        """Undo a getter's wait after it was cancelled or failed."""
+        if not future.done():
+            future.cancel()
+            with contextlib.suppress(ValueError):
+                self._getters.remove(future)
+        elif not future.cancelled() and future.exception() is None:
+            request = future.result()
+            if request is not None and not self._frontier.closed:
+                # Handed over, then cancelled before it could return: put back.
+                self._finish(request, done=False)
+                self._changed()
+
+    def _changed(self) -> None:
+        """The frontier may have a request ready: hand it to waiting getters."""
+        if self._thread is not None:
+            self._look = True
+            self._thread.kick()
+            return
+        getters = self._getters
+        while getters:
+            future = getters[0]
+            if future.done():
+                getters.popleft()
+                continue
+            request = self._frontier.pop()
+            if request is None:
+                break
+            getters.popleft()
+            future.set_result(request)
+            self._wake_adders()
+        if getters:
+            self._arm_timer(self._frontier.next_ready_in())
+        self._check_idle()
+
+    def _arm_timer(self, delay: float | None) -> None:
+        """Wake the getters after ``delay`` (the store's next ready time)."""
+        if not self._getters or self._closed:
+            return
+        if self._frontier.shared:
+            # Other workers add and ack where this one cannot see it happen.
+            delay = _SHARED_POLL if delay is None else min(delay, _SHARED_POLL)
+        if delay is None:
+            return
+        loop = asyncio.get_running_loop()
+        when = loop.time() + max(delay, _MIN_WAIT)
+        if self._timer is not None:
+            if self._timer_at <= when:
+                return
+            self._timer.cancel()
+        self._timer = loop.call_at(when, self._on_timer)
+        self._timer_at = when
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        if not self._closed:
+            self._changed()
+
+    def _wake_adders(self) -> None:
+        adders = self._adders
+        while adders:
+            future = adders.popleft()
+            if not future.done():
+                future.set_result(None)
+                return
+
+    # -- finishing ------------------------------------------------------------
+
+    def _finish(self, request: Request, *, done: bool) -> None:
+        """Ack (``done``) or release a request now, or with the next batch."""
+        if self._thread is None:
+            if done:
+                self._frontier.ack(request)
+            else:
+                self._frontier.release(request)
+            return
+        leases = self._frontier._leases((request,))
+        pending = self._thread.pending
+        (pending.acks if done else pending.releases).extend(leases)
+
+    def _release_held(self, request: Request) -> None:
+        """Release a request whose task died (for `Holdings`)."""
+        self._finish(request, done=False)
+        if self._thread is not None:
+            self._changed()
+
+    def task_done(self, request: Request) -> None:
+        """Mark a request returned by `get` as done (acks its lease).
+
+        Raises `LeaseError` for a request this scheduler's frontier never
+        handed out. Works after ``close()``, so in-flight work can finish.
+        Finish requests from `get` through the scheduler (this, `release` or
+        ``add_many(..., ack=)``), not through the frontier: the scheduler
+        keeps track of which task holds each one. With a store that does I/O
+        the ack is written with the scheduler's next batch of store calls.
+        """
+        self._finish(request, done=True)
+        self._holdings.forget(request)
+        self._changed()
+
+    def release(self, request: Request) -> None:
+        """Put a request returned by `get` back in its place, not done.
+
+        For a request the worker could not finish now and wants fetched again
+        (it is handed out again, in its place). Works after ``close()``.
+        Raises `LeaseError` for a request this frontier never handed out.
+        """
+        self._finish(request, done=False)
+        self._holdings.forget(request)
+        self._changed()
+
+    async def join(self) -> None:
+        """Wait until nothing is queued or in flight.
+
+        After ``close()``, waits only until in-flight requests are done (the
+        queued rest stays in the frontier). A ``join`` already waiting when
+        ``close()`` is called raises `SchedulerClosed`. Raises `WorkerFailed`
+        when a task that took requests from this scheduler ended with an
+        exception (each failure is raised once: into the joins waiting then,
+        or else the next ``join``); its requests were released, not lost.
+        """
+        while True:
+            failure = self._failure
+            if failure is not None:
+                self._failure = None
+                raise failure
+            if self._thread is None and not self._busy():
+                return
+            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._joiners.append(future)
+            if self._thread is not None:
+                self._want_counts = True
+                self._thread.kick()
+            try:
+                await future
+            finally:
+                if not future.done():
+                    future.cancel()
+            if self._thread is not None:
+                return
+
+    def _busy(self) -> bool:
+        if self._thread is not None:
+            queued, leased = self._queued, self._leased
+        else:
+            stats = self._frontier.stats()
+            queued, leased = stats.queued, stats.leased
+        return leased > 0 if self._closed else queued + leased > 0
+
+    def _check_idle(self) -> None:
+        if self._joiners and not self._busy():
+            while self._joiners:
+                future = self._joiners.popleft()
+                if not future.done():
+                    future.set_result(None)
+
+    # -- closing and reading --------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SchedulerClosed("the scheduler is closed")
+
+    async def close(self) -> None:
+        """Close the scheduler; every coroutine waiting in it gets `SchedulerClosed`.
+
+        New ``add`` and ``get`` calls raise `SchedulerClosed`; `task_done` and
+        `join` still work so in-flight requests can finish. The frontier stays
+        open. With a store that does I/O, waits for the batch in flight and
+        writes the acks and releases still waiting (adds not yet sent get
+        `SchedulerClosed`), then stops the store thread. Closing twice does
+        nothing.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        closed = SchedulerClosed("the scheduler was closed")
+        for waiters in (self._getters, self._adders, self._joiners):
+            while waiters:
+                future = waiters.popleft()
+                if not future.done():
+                    future.set_exception(closed)
+        if self._thread is not None:
+            self._release_ahead()
+            for add in self._thread.pending.adds:
+                if not add.future.done():
+                    add.future.set_exception(closed)
+            self._thread.pending.adds.clear()
+            await self._thread.close()
+
+    @property
+    def closed(self) -> bool:
+        """True once `close` was called."""
+        return self._closed
+
+    def qsize(self) -> int:
+        """Queued requests (not counting those in flight)."""
+        return self.stats().queued
+
+    def stats(self, *, hosts: bool | int = False) -> SchedulerStats:
+        """Return a snapshot; ``hosts=True`` (or a limit) adds per-host counts.
+
+        Reads the store on the calling thread (after the batch in flight).
+        """
+        self._sync_point()
+        frontier = self._frontier.stats(hosts=hosts)
+        waiting = sum(1 for future in self._getters if not future.done())
+        ahead = len(self._ahead)  # leased, not handed out yet
+        return SchedulerStats(
+            queued=frontier.queued + ahead,
+            in_flight=frontier.leased - ahead,
+            seen=frontier.seen,
+            waiting_consumers=waiting,
+            closed=self._closed,
+            hosts=frontier.hosts,
+            skipped=frontier.skipped,
+        )
+
+    async def __aenter__(self) -> Scheduler:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()

@@ -1,0 +1,114 @@
+"""The Redis store's admin interface (`crawlq.stores.base.StoreAdmin`).
+
+How the CLI, the metrics and watching read or change a crawl from outside:
+``crawlq inspect`` renders every store's `JobReport` (this module turns the
+Redis store's `Inspection` into one), ``hosts`` / ``top`` / metrics read
+`snapshot` and `hosts`, ``crawlq hosts --block`` calls `change_host`, and
+``crawlq purge`` `purge`. It imports redis-py through the store, so the CLI
+asks for the extra only when used.
+"""
+
+from __future__ import annotations
+
+from ..._errors import StoreError
+from ..._exchange import HostReport, JobReport
+from .config import parse_url
+from .inspection import Inspection, hosts, snapshot
+from .inspection import change_host as change_crawl_host
+from .store import inspect as inspect_crawl
+from .store import purge
+
+__all__ = [
+    "change_host",
+    "changed",
+    "crawl_label",
+    "display",
+    "hosts",
+    "inspect",
+    "purge",
+    "report",
+    "snapshot",
+]
+
+_PRIORITIES_SHOWN = 20
+
+
+def display(url: str) -> str:
+    """Return the frontier URL with its password masked."""
+    return parse_url(url).display
+
+
+def crawl_label(url: str) -> str:
+    """The crawl's name, a metrics label (its URL's ``?crawl=``, else ``default``)."""
+    return parse_url(url).crawl
+
+
+def changed(host: str) -> str:
+    """What ``crawlq hosts`` says after changing a host of a shared crawl."""
+    return f"changed {host}: every worker obeys it from its next call"
+
+
+def change_host(url: str, what: str, host: str, seconds: float | None = None) -> str:
+    """Block, unblock or pace ``host`` for every worker of the crawl; say what happened.
+
+    Raises `ConfigError` for a bad URL or change, `StoreError` when the crawl
+    does not exist, `StoreUnavailable` when the server cannot be reached.
+    """
+    change_crawl_host(url, what, host, seconds)
+    return changed(host)
+
+
+def inspect(url: str, *, top: int = 10) -> JobReport:
+    """Read a Redis crawl's counts, busiest hosts, priorities and settings.
+
+    Read-only; works while workers run. Raises `ConfigError` for a bad URL,
+    `StoreError` when no crawl of that name exists, `StoreUnavailable` or
+    `StoreError` when the server cannot be read.
+    """
+    return report(inspect_crawl(url, hosts=top))
+
+
+def report(found: Inspection) -> JobReport:
+    """The `JobReport` of a Redis crawl's `Inspection` (one server's, or a cluster's).
+
+    Raises `StoreError` when the crawl does not exist.
+    """
+    if not found.exists:
+        raise StoreError(
+            f"no crawl named {found.crawl!r} exists on {found.url}; check the ?crawl=NAME "
+            "of the URL (without it, the crawl is the one named 'default')"
+        )
+    counts = {
+        "queued": found.queued,
+        "leased (all workers, prefetched included)": found.leased,
+        "leases past their deadline (come back at the next pop)": found.expired_leases,
+        "seen": found.seen,
+    }
+    settings = {"crawl": found.crawl, "server": found.server_version, "dedup": found.dedup}
+    settings.update(found.settings)
+    notes = []
+    if found.leases_by_owner:
+        owners = ", ".join(f"{owner}: {n:,}" for owner, n in found.leases_by_owner.items())
+        notes.append(f"leases by worker: {owners}")
+    if found.bloom_fill_ratio is not None and found.bloom_false_positive_rate is not None:
+        notes.append(
+            f"Bloom filter {found.bloom_fill_ratio:.1%} full, estimated false-positive "
+            f"rate {found.bloom_false_positive_rate:.2g}"
+        )
+    for shard in found.shards:
+        notes.append(
+            f"shard {shard.shard} on {shard.node}: {shard.queued:,} queued, "
+            f"{shard.leased:,} leased, {shard.seen:,} seen"
+        )
+    shown = found.priorities[:_PRIORITIES_SHOWN]
+    rest = found.priorities[_PRIORITIES_SHOWN:]
+    return JobReport(
+        store=found.url,
+        counts=counts,
+        hosts=[HostReport(h.host, h.queued + h.leased, None) for h in found.hosts],
+        host_total=found.host_total,
+        priorities=shown,
+        priorities_omitted=(len(rest), sum(n for _, n in rest)),
+        settings=settings,
+        notes=notes,
+    )

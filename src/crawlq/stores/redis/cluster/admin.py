@@ -1,0 +1,35 @@
+"""The Redis Cluster store's admin interface (`crawlq.stores.base.StoreAdmin`).
+
+As `crawlq.stores.redis.admin`, over every shard of the crawl: the report adds
+the shards up and notes each shard's counts and node.
+"""
+
+from __future__ import annotations
+
+from ...._exchange import JobReport
+from ..admin import changed, crawl_label, display, report
+from .inspection import change_host as change_crawl_host
+from .inspection import hosts, purge, snapshot
+from .inspection import inspect as inspect_crawl
+
+__all__ = ["change_host", "crawl_label", "display", "hosts", "inspect", "purge", "snapshot"]
+
+
+def change_host(url: str, what: str, host: str, seconds: float | None = None) -> str:
+    """Block, unblock or pace ``host`` on its shard, for every worker; say what happened.
+
+    Raises `ConfigError` for a bad URL or change, `StoreError` when the crawl
+    does not exist, `StoreUnavailable` when the cluster cannot be reached.
+    """
+    change_crawl_host(url, what, host, seconds)
+    return changed(host)
+
+
+def inspect(url: str, *, top: int = 10) -> JobReport:
+    """Read a cluster crawl's counts, busiest hosts, priorities, settings and shards.
+
+    Read-only; works while workers run. Raises `ConfigError` for a bad URL,
+    `StoreError` when no crawl of that name exists, `StoreUnavailable` or
+    `StoreError` when the cluster cannot be read.
+    """
+    return report(inspect_crawl(url, hosts=top))

@@ -1,0 +1,187 @@
+"""Redis Cluster plumbing for the cluster store: the client, the checks, shard routing.
+
+A cluster crawl keeps each shard's keys under one hash tag
+(``crawlq:{NAME:K}:``), so each shard lives on one node and its functions
+stay atomic there. `ClusterClient` wraps redis-py's ``RedisCluster``: it
+knows which node serves a key now and hands out that node's plain client,
+on which a shard's `crawlq.stores.redis.conn.Link` talks as it would to a
+single server. Opening checks the cluster (every slot served, every primary
+reachable and Redis 7.0 or newer) and loads crawlq's functions on every
+primary; every failure is a typed crawlq error without the password.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import zlib
+from typing import TYPE_CHECKING, Any, Final
+
+from ...._errors import StoreError, StoreUnavailable
+from ..config import RedisURL
+from ..conn import MIN_SERVER, Link, redis_module, server_version, translate
+
+if TYPE_CHECKING:
+    import redis
+
+__all__ = ["ClusterClient", "record_tags", "shard_of", "shard_tags"]
+
+_SLOTS: Final = 16384
+
+
+def shard_of(host: bytes, shards: int) -> int:
+    """The shard of a host (pacing slot): CRC-32 of its name, modulo the shard count.
+
+    Fixed for the life of a crawl: every worker, whatever its version, must
+    route a host to the same shard.
+    """
+    return zlib.crc32(host) % shards
+
+
+def shard_tags(crawl: str, shards: int) -> list[str]:
+    """Hash tags for a new crawl's shards: shard K's slot in the K-th equal range of slots.
+
+    ``NAME:K``, or ``NAME:K:S`` with the smallest S that puts it there. A
+    cluster gives its primaries ranges of slots (``redis-cli --cluster
+    create`` gives each an equal run), so shards spread over the primaries
+    as evenly as their count allows, where tags left to chance put 16
+    shards 7/5/4 on 3 primaries.
+    """
+    from redis.crc import key_slot
+
+    tags = []
+    for k in range(shards):
+        low, high = k * _SLOTS // shards, (k + 1) * _SLOTS // shards
+        tag = f"{crawl}:{k}"
+        suffix = 0
+        while not low <= key_slot(tag.encode()) < high:
+            suffix += 1
+            tag = f"{crawl}:{k}:{suffix}"
+        tags.append(tag)
+    return tags
+
+
+def record_tags(count: str, tags: str) -> list[str | None]:
+    """The shards' hash tags from a crawl's record (None each for one without tags)."""
+    if not tags:
+        return [None] * int(count or 0)
+    return list(tags.split(" "))
+
+
+class ClusterClient:
+    """redis-py's cluster client for a ``redis+cluster://`` URL, and its nodes' clients.
+
+    Raises `StoreUnavailable` when no seed node answers, `StoreError` for
+    refused credentials or a server that is not a cluster node.
+    """
+
+    def __init__(self, location: RedisURL) -> None:
+        redis = redis_module()
+        from redis.cluster import ClusterNode, RedisCluster
+
+        self.location = location
+        self._lock = threading.Lock()
+        kwargs = {k: v for k, v in location.kwargs.items() if k not in ("host", "port", "db")}
+        seeds = [ClusterNode(host, port) for host, port in location.nodes]  # type: ignore[no-untyped-call]
+        try:
+            self.client: Any = RedisCluster(startup_nodes=seeds, **kwargs)
+        except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException) as exc:
+            raise _translate(exc, location, "connecting to the cluster") from None
+
+    def node_client(self, key: bytes, *, refresh: bool = False) -> tuple[redis.Redis, str, int]:
+        """The client of the primary serving ``key`` now, and its host and port.
+
+        With ``refresh``, reads the cluster's slot map again first (after a
+        MOVED reply or a node that stopped answering); a failed refresh
+        keeps the map it had.
+        """
+        errors = redis_module().exceptions
+        with self._lock:
+            if refresh:
+                # On failure keep the old map: the retry loop tries again.
+                with contextlib.suppress(errors.RedisError, errors.RedisClusterException):
+                    self.client.nodes_manager.initialize()
+            node = self.client.get_node_from_key(key)
+            return node.redis_connection, node.host, int(node.port)
+
+    def primaries(self) -> list[tuple[str, int, redis.Redis]]:
+        """Every primary of the cluster: host, port and client."""
+        return [
+            (node.host, int(node.port), node.redis_connection)
+            for node in self.client.get_primaries()
+        ]
+
+    def check(self, retry_timeout: float, replicas: int = 0) -> None:
+        """Check that the cluster serves every slot and each primary runs Redis 7.0+.
+
+        With ``replicas``, also that each primary has that many replicas
+        connected. Loads crawlq's function library on every primary. Raises
+        `StoreUnavailable` for a primary that does not answer, `StoreError`
+        for slots that no node serves, a primary older than Redis 7.0, or
+        one with fewer replicas.
+        """
+        where = self.location.display
+        for host, port, client in self.primaries():
+            link = Link(self.location.of_shard(0, host, port), client, retry_timeout)
+            try:
+                info = link.command(b"CLUSTER", b"INFO", doing="checking the cluster", retry=False)
+                text = info.decode() if isinstance(info, bytes) else str(info)
+                fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+                assigned = int(fields.get("cluster_slots_ok", "0"))
+                if fields.get("cluster_state") != "ok" or assigned < _SLOTS:
+                    raise StoreError(
+                        f"the Redis Cluster at {where} is not serving every slot (node "
+                        f"{host}:{port} says cluster_state:{fields.get('cluster_state', '?')}, "
+                        f"{assigned} of {_SLOTS} slots ok); fix the cluster (redis-cli --cluster "
+                        "check) before opening a crawl on it"
+                    )
+                version = server_version(link)
+                if version < MIN_SERVER:
+                    raise StoreError(
+                        f"Redis at {host}:{port} (a primary of {where}) is version "
+                        f"{'.'.join(map(str, version))}; crawlq needs Redis "
+                        f"{'.'.join(map(str, MIN_SERVER))} or newer on every primary"
+                    )
+                if replicas:
+                    _check_replicas(link, f"{host}:{port}", where, replicas)
+                link.load_library("loading crawlq's functions")
+            finally:
+                link.close()
+
+    def close(self) -> None:
+        """Close every connection of the cluster client."""
+        # Closing must not mask the outcome that led here.
+        with contextlib.suppress(Exception):
+            self.client.close()
+
+
+def _check_replicas(link: Link, node: str, where: str, replicas: int) -> None:
+    info = link.command(b"INFO", b"replication", doing="checking the replicas")
+    text = info.decode() if isinstance(info, bytes) else str(info)
+    connected = 0
+    for line in text.splitlines():
+        if line.startswith("connected_slaves:"):
+            connected = int(line.partition(":")[2])
+    if connected < replicas:
+        raise StoreError(
+            f"the primary {node} of {where} has {connected} replica(s) connected; "
+            f"replicas={replicas} makes every write wait for {replicas}: add replicas "
+            "to each primary, or open with a lower replicas="
+        )
+
+
+def _translate(exc: BaseException, location: RedisURL, doing: str) -> StoreError:
+    errors = redis_module().exceptions
+    if isinstance(exc, errors.RedisClusterException) and not isinstance(exc, errors.RedisError):
+        text = location.scrub(str(exc)) or type(exc).__name__
+        if "AUTH" in text.upper() or "PASSWORD" in text.upper():
+            return StoreError(
+                f"the Redis Cluster at {location.display} refused the credentials while "
+                f"{doing} ({text}); fix the user and password in the frontier URL"
+            )
+        return StoreUnavailable(
+            f"cannot reach the Redis Cluster at {location.display} while {doing} ({text}); "
+            "check that its nodes are running, that the URL names at least one of them, "
+            "and that they run with cluster-enabled yes"
+        )
+    return translate(exc, location, doing)

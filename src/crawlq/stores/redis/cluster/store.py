@@ -1,0 +1,495 @@
+"""The Redis Cluster store: one crawl sharded by host across a cluster's primaries.
+
+``redis+cluster://[user:password@]host:port[,host:port...]/?crawl=NAME`` (also
+``rediss+cluster://``): any nodes of the cluster as seeds. A crawl has a
+fixed number of shards (option ``shards``, default 16, fixed when the crawl
+is created and kept in its ``crawlq:{NAME}:cluster`` record). Each shard is
+a crawl of the single-server store under its own hash tag,
+``crawlq:{NAME:K}:`` or ``crawlq:{NAME:K:S}:`` (the record keeps them: S
+puts shard K's slot in the K-th equal range of slots, so the shards spread
+evenly over primaries holding equal ranges), so all of a shard's keys sit
+in one slot and its functions stay atomic on the node serving it. A
+request goes to the shard of its pacing slot (its host, or
+``download_slot``): CRC-32 of the name modulo the shard count
+(`crawlq.stores.redis.cluster.shards.shard_of`).
+
+What is exact, and what is not
+    Per host everything is as on one server, since a host lives in one
+    shard: dedup, delay, concurrency, leases, FIFO/LIFO. Dedup is per shard:
+    two URLs with one fingerprint but different ``download_slot`` values go
+    to two shards and are both accepted (on one server the second is a
+    duplicate). Across shards, one worker merges the shards' prefetched
+    batches by the rules of one server: highest priority, then the host it
+    holds fewest requests of (its own, not other workers'), then the lower
+    number. Each shard numbers the worker's adds after the highest number the
+    worker has seen in any shard ("Ids across shards" in add.lua), so for one
+    worker the order is exact across shards with ``ack_delay=0``; acks
+    waiting in the worker count as leases on the server (as on one server),
+    which makes first-in-first-out across hosts approximate otherwise. A
+    shard that had nothing ready is asked again when this worker writes to
+    it, when its next host delay ends, and otherwise every half second
+    (other workers' adds).
+
+Writes
+    An add whose batch spans shards makes one call per shard, all sent
+    before any reply is read; the leases it finishes (``add_many(links,
+    ack=page)``) are acked after every child is stored, in the last call when
+    they are all in one shard, so a parent's ack is never durable before its
+    children, as on one server.
+
+Prefetch, acks riding the next write, ``ack_delay``, durability and the
+self-check are those of `crawlq.stores.redis`, per shard. Counts, stats and
+host figures sum the shards.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any, Final
+
+from ...._errors import ConfigError, IncompatibleStore, StoreError
+from ...._fingerprint import Fingerprinter
+from ...._policy import Policy
+from ...._request import Request
+from ...base import Counters, Entry, HostList, StoreCounts, merge_hosts
+from ..config import RedisURL, Settings, parse_url
+from ..conn import Link, redis_module
+from ..store import OPTIONS as _REDIS_OPTIONS
+from ..store import RedisStore
+from .shards import ClusterClient, record_tags, shard_of, shard_tags
+
+__all__ = ["OPTIONS", "ClusterStore", "open_store"]
+
+#: Options of the cluster store, besides the common ones.
+OPTIONS: Final = (*_REDIS_OPTIONS, "shards", "replicas")
+
+_DEFAULT_SHARDS: Final = 16
+_MAX_SHARDS: Final = 1024
+#: Layout version of a cluster crawl's record.
+CLUSTER_FORMAT: Final = 1
+#: Seconds before a shard that had nothing ready is asked again, unless this
+#: worker wrote to it or one of its delays ends sooner: what bounds how late
+#: this worker sees other workers' adds there.
+_POLL: Final = 0.5
+_HOST_CACHE: Final = 100_000  # hosts whose shard is remembered
+#: Request ids: FIFO-added ones count up from 0, LIFO-added ones down from the top.
+_LIFO_TOP: Final = 999_999_999_999_999
+_FIFO_IDS: Final = _LIFO_TOP // 2
+#: Seconds between two looks at every shard's prefetched batch, known or not.
+_REPEEK: Final = 0.25
+
+
+def open_store(
+    url: str, policy: Policy, fingerprinter: Fingerprinter, options: dict[str, Any]
+) -> tuple[ClusterStore, str]:
+    """Open (creating if new) the cluster crawl a ``redis+cluster://`` URL names.
+
+    Returns the store and its URL with the password masked. Raises
+    `ConfigError` for a bad URL or option, or a missing redis-py;
+    `StoreUnavailable` when no node answers; `StoreError` for wrong
+    credentials, a cluster that does not serve every slot, a primary older
+    than Redis 7.0, or a failed self-check; `IncompatibleStore` for a crawl
+    created with another shard count, ``lifo`` or Bloom settings.
+    """
+    location = parse_url(url)
+    if not location.cluster:
+        raise ConfigError(f"frontier URL {location.display!r} is not a redis+cluster:// URL")
+    options = dict(options)
+    shards = options.pop("shards", None)
+    if shards is not None and (
+        isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= _MAX_SHARDS
+    ):
+        raise ConfigError(f"shards must be an int from 1 to {_MAX_SHARDS}, not {shards!r}")
+    replicas = options.pop("replicas", 0)
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or not 0 <= replicas <= 16:
+        raise ConfigError(f"replicas must be an int from 0 to 16, not {replicas!r}")
+    settings = Settings.from_options(options)
+    redis_module()
+    cluster = ClusterClient(location)
+    try:
+        store = ClusterStore(location, cluster, policy, fingerprinter, settings, shards, replicas)
+    except BaseException:
+        cluster.close()
+        raise
+    return store, location.display
+
+
+class ClusterStore:
+    """A frontier sharded by host over a Redis Cluster, shared by every process on its URL.
+
+    Use `crawlq.open_frontier` with a ``redis+cluster://`` URL. See the module
+    docstring for what is exact across shards and what is not.
+    """
+
+    needs_payload = True
+    durable = True
+    shared = True
+
+    def __init__(
+        self,
+        location: RedisURL,
+        cluster: ClusterClient,
+        policy: Policy,
+        fingerprinter: Fingerprinter,
+        settings: Settings,
+        shards: int | None,
+        replicas: int = 0,
+    ) -> None:
+        self._location = location
+        self._cluster = cluster
+        self._replicas = replicas
+        self.origin = f"{location.display.partition('?')[0]}#{location.prefix}"
+        cluster.check(settings.retry_timeout, replicas)
+        tags = self._open_record(settings.retry_timeout, shards)
+        self._count = len(tags)
+        if settings.bloom_capacity is not None:
+            # Each shard holds its share of the crawl's fingerprints.
+            share = math.ceil(settings.bloom_capacity / self._count)
+            settings = replace(settings, bloom_capacity=share)
+        self._shards: list[RedisStore] = []
+        try:
+            for k, tag in enumerate(tags):
+                self._shards.append(self._open_shard(k, tag, policy, fingerprinter, settings))
+        except BaseException:
+            for shard in self._shards:
+                shard.close()
+            raise
+        # When each shard that had nothing ready may be asked again, and when
+        # it said its next request would be ready (monotonic).
+        self._due = [0.0] * self._count
+        self._ready_at = [0.0] * self._count
+        # Which shards had no request queued or leased when last asked.
+        self._idle = [False] * self._count
+        # Each shard's next request as (-priority, id), while known: a shard
+        # is asked (`RedisStore.peek`) again only once this worker took its
+        # head or wrote to it, and every _REPEEK seconds (stale batches, acks
+        # due to be written).
+        self._known: list[tuple[int, int, bytes] | None] = [None] * self._count
+        self._repeek_at = 0.0
+        self._where: dict[str | bytes, int] = {}
+        # The highest request number this worker knows of, in any shard: the
+        # floor its next adds are numbered from.
+        self._mark = 0
+        # Requests this worker handed out and has not acked or released, per
+        # host: the fewest-leases tie-break across shards, for its own pops.
+        self._held: dict[bytes, int] = {}
+
+    def _open_record(self, retry_timeout: float, shards: int | None) -> list[str | None]:
+        """Create or read the crawl's record; return its shards' hash tags.
+
+        None for each shard of a crawl recorded before the record kept tags
+        (its shards use ``NAME:K``).
+        """
+        location = self._location
+        key = location.prefix.encode() + b"cluster"
+        count = shards or _DEFAULT_SHARDS
+        link = Link(location, self._cluster.node_client(key)[0], retry_timeout)
+        try:
+            stored = link.command(
+                b"FCALL",
+                link.library.function["cluster_record"],
+                b"1",
+                key,
+                b"%d" % CLUSTER_FORMAT,
+                b"%d" % count,
+                " ".join(shard_tags(location.crawl, count)).encode(),
+                doing="opening the crawl",
+            )
+        finally:
+            link.close()
+        fmt, stored_count, tags = (v.decode() if isinstance(v, bytes) else "" for v in stored)
+        crawl, where = location.crawl, location.display
+        if fmt != str(CLUSTER_FORMAT) or not stored_count.isdigit():
+            raise IncompatibleStore(
+                f"crawl {crawl!r} at {where} has a cluster record of format {fmt or '?'}, not "
+                f"crawlq's {CLUSTER_FORMAT}; use another crawl name or upgrade crawlq"
+            )
+        if shards is not None and int(stored_count) != shards:
+            raise IncompatibleStore(
+                f"crawl {crawl!r} at {where} was created with shards={stored_count}; its shard "
+                f"count cannot change: open it with shards={stored_count} (or without shards), "
+                "or use another crawl name",
+                setting="shards",
+            )
+        return record_tags(stored_count, tags)
+
+    def _open_shard(
+        self,
+        k: int,
+        tag: str | None,
+        policy: Policy,
+        fingerprinter: Fingerprinter,
+        settings: Settings,
+    ) -> RedisStore:
+        meta = self._location.of_shard(k, "", 0, tag).prefix.encode() + b"meta"
+        client, host, port = self._cluster.node_client(meta)
+
+        def reroute() -> Any:
+            return self._cluster.node_client(meta, refresh=True)[0]
+
+        location = self._location.of_shard(k, host, port, tag)
+        shard = RedisStore(
+            location, client, policy, fingerprinter, settings, reroute, self._replicas
+        )
+        # One origin for the whole crawl: a lease's host names its shard.
+        shard.origin = self.origin
+        return shard
+
+    # -- routing -----------------------------------------------------------------
+
+    def _shard_index(self, host: str | bytes) -> int:
+        where = self._where
+        k = where.get(host)
+        if k is None:
+            if len(where) >= _HOST_CACHE:
+                where.clear()
+            name = host.encode() if isinstance(host, str) else host
+            k = where[host] = shard_of(name, self._count)
+        return k
+
+    # -- the store protocol ----------------------------------------------------------
+
+    def add(
+        self, entries: Sequence[Entry], finished: Sequence[object] = (), *, lifo: bool | None = None
+    ) -> list[bool]:
+        groups: dict[int, list[int]] = {}
+        for i, entry in enumerate(entries):
+            groups.setdefault(self._shard_index(entry[1]), []).append(i)
+        done = self._leases_by_shard(finished)
+        for k in groups:
+            self._touch(k)
+        flags = [False] * len(entries)
+        if len(groups) == 1 and len(done) <= 1 and (not done or done.keys() == groups.keys()):
+            # One shard: the batch and its finished leases in one call, as on one server.
+            k, indexes = next(iter(groups.items()))
+            self._scatter([(k, indexes, finished)], entries, flags, lifo)
+            return flags
+        last = next(iter(done)) if len(done) == 1 else None
+        # Children first, in every shard at once; the parents' acks only then.
+        self._scatter(
+            [(k, indexes, ()) for k, indexes in groups.items() if k != last],
+            entries,
+            flags,
+            lifo,
+        )
+        if done:
+            self._scatter(
+                [(k, groups.get(k, []) if k == last else [], leases) for k, leases in done.items()],
+                entries,
+                flags,
+                lifo,
+            )
+            for k in done:
+                self._touch(k)
+        return flags
+
+    def _scatter(
+        self,
+        parts: list[tuple[int, list[int], Sequence[object]]],
+        entries: Sequence[Entry],
+        flags: list[bool],
+        lifo: bool | None,
+    ) -> None:
+        """Add each part (shard, indexes of its entries, leases it finishes) to its shard.
+
+        Every part's call is sent before any reply is read, so the shards
+        (on several nodes) work at once; their outcomes go into ``flags``.
+        Every reply is read even when one fails, then the first failure is
+        raised.
+        """
+        shards = self._shards
+        scatter = len(parts) > 1
+        span = len(entries)
+        started = []
+        for k, indexes, leases in parts:
+            # Numbered after the whole batch (see "Ids across shards" in add.lua).
+            numbering = (self._mark, struct.pack(f">{len(indexes)}I", *indexes), span)
+            part = [entries[i] for i in indexes]
+            started.append(
+                shards[k].add_start(part, leases, lifo, scatter, numbering if part else None)
+            )
+        failure: StoreError | None = None
+        for (k, indexes, _), one in zip(parts, started, strict=True):
+            shard = shards[k]
+            try:
+                added = shard.add_end(one)
+            except StoreError as exc:
+                failure = failure or exc
+                continue
+            if indexes:
+                self._mark = max(self._mark, shard.id_mark)
+            for i, flag in zip(indexes, added, strict=True):
+                flags[i] = flag
+        if failure is not None:
+            raise failure
+
+    def pop(self) -> Request | None:
+        best_k = -1
+        best: tuple[int, int, bytes] | None = None
+        now = time.monotonic()
+        if now >= self._repeek_at:
+            self._known = [None] * self._count
+            self._repeek_at = now + _REPEEK
+        known, due, shards = self._known, self._due, self._shards
+        for k in range(self._count):
+            key = known[k]
+            if key is None:
+                if due[k] > now:
+                    continue
+                head = shards[k].peek()
+                if head is None:
+                    self._asked_empty(k, now)
+                    continue
+                # Highest priority first; among equals, the host this worker
+                # holds fewest requests of (handed out, not yet acked), then
+                # the lower number: first in, first out (see add.lua).
+                lease = head._lease
+                held = self._held.get(lease[2], 0)  # type: ignore[index]
+                key = known[k] = (-head.priority, held, lease[0])  # type: ignore[index]
+            if best is None or key < best:
+                best, best_k = key, k
+        if best is None:
+            return None
+        known[best_k] = None
+        request = shards[best_k].take()
+        host = request._lease[2]  # type: ignore[index]
+        self._held[host] = self._held.get(host, 0) + 1
+        # Number this worker's next adds after every request it has seen.
+        n = int(best[2])
+        if n > _FIFO_IDS:
+            n = _LIFO_TOP - n  # a LIFO id counts down from the top
+        if n > self._mark:
+            self._mark = n
+        return request
+
+    def _touch(self, k: int) -> None:
+        """Shard ``k`` changed by this worker: ask it again at the next pop."""
+        self._due[k] = 0.0
+        self._known[k] = None
+
+    def _asked_empty(self, k: int, now: float) -> None:
+        """Note when shard ``k``, which had nothing ready, is worth asking again."""
+        wait = self._shards[k].next_ready_in()
+        self._idle[k] = wait is None
+        self._ready_at[k] = now + (wait or 0.0)
+        self._due[k] = now + (_POLL if wait is None else min(wait, _POLL))
+
+    def ack(self, leases: Sequence[object]) -> None:
+        for k, group in self._leases_by_shard(leases).items():
+            self._shards[k].ack(group)
+            # A host at its concurrency limit may be ready again.
+            self._touch(k)
+
+    def release(self, leases: Sequence[object]) -> None:
+        for k, group in self._leases_by_shard(leases).items():
+            self._shards[k].release(group)
+            self._touch(k)
+
+    def _leases_by_shard(self, leases: Sequence[Any]) -> dict[int, list[Any]]:
+        """Group leases by shard; they end, so their hosts hold one fewer each."""
+        groups: dict[int, list[Any]] = {}
+        held = self._held
+        for lease in leases:
+            host = lease[2]
+            count = held.get(host, 0)
+            if count > 1:
+                held[host] = count - 1
+            elif count:
+                del held[host]
+            groups.setdefault(self._shard_index(host), []).append(lease)
+        return groups
+
+    def flush(self) -> None:
+        for shard in self._shards:
+            shard.flush()
+
+    def counts(self) -> StoreCounts:
+        queued = leased = seen = 0
+        counters = Counters()
+        for shard in self._shards:
+            counts = shard.counts()
+            queued += counts.queued
+            leased += counts.leased
+            seen += counts.seen
+            counters += counts.counters
+        return StoreCounts(queued, leased, seen, counters)
+
+    def next_ready_in(self) -> float | None:
+        now = time.monotonic()
+        soonest: float | None = None
+        for k, shard in enumerate(self._shards):
+            if shard._buffer and not shard._stale():
+                return 0.0
+            if self._due[k] <= now:
+                self._asked_empty(k, now)
+            if self._idle[k]:
+                continue
+            wait = max(0.0, self._ready_at[k] - now)
+            soonest = wait if soonest is None else min(soonest, wait)
+        return soonest
+
+    def seen(self, fingerprints: Sequence[bytes]) -> list[bool]:
+        # A fingerprint's shard is its host's, which a fingerprint alone does
+        # not tell: any shard that saw it counts.
+        found = [False] * len(fingerprints)
+        for shard in self._shards:
+            for i, flag in enumerate(shard.seen(fingerprints)):
+                found[i] = found[i] or flag
+        return found
+
+    def forget(self, fingerprints: Sequence[bytes]) -> int:
+        return sum(shard.forget(fingerprints) for shard in self._shards)
+
+    def host_counts(self, limit: int) -> HostList:
+        return merge_hosts([shard.host_counts(limit) for shard in self._shards], limit)
+
+    def block_host(self, host: str, seconds: float | None) -> None:
+        k = self._shard_index(host)
+        self._shards[k].block_host(host, seconds)
+        self._touch(k)  # an unblocked host may be ready now
+
+    def set_host_policy(self, host: str, delay: float | None, concurrency: int | None) -> None:
+        k = self._shard_index(host)
+        self._shards[k].set_host_policy(host, delay, concurrency)
+        self._touch(k)
+
+    def host_policy(self, host: str) -> tuple[float | None, int | None]:
+        return self._shards[self._shard_index(host)].host_policy(host)
+
+    def extra_stats(self) -> dict[str, float]:
+        """Store-specific figures for ``stats()``: prefetch over every shard, and the shard count.
+
+        With Bloom dedup, the fill ratio and false-positive rate are the
+        highest among the shards (each has its share of the capacity).
+        """
+        stats: dict[str, float] = {"prefetched": 0.0, "shards": float(self._count)}
+        for shard in self._shards:
+            for name, value in shard.extra_stats().items():
+                if name == "prefetched":
+                    stats[name] += value
+                elif name == "bloom_capacity":
+                    stats[name] = stats.get(name, 0.0) + value
+                else:
+                    stats[name] = max(stats.get(name, value), value)
+        return stats
+
+    def load_state(self) -> dict[str, Any]:
+        return self._shards[0].load_state()
+
+    def save_state(self, state: Mapping[str, Any]) -> None:
+        self._shards[0].save_state(state)
+
+    def close(self) -> None:
+        """Give back every shard's unserved prefetched requests; shared data stays untouched."""
+        try:
+            for shard in self._shards:
+                shard.close()  # never raises: a failure is logged, the leases expire
+        finally:
+            self._cluster.close()
+
+    def __repr__(self) -> str:
+        return f"<ClusterStore {self._location.display} shards={self._count}>"

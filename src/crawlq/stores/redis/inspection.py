@@ -1,0 +1,480 @@
+"""Looking at and removing a crawl kept in Redis: host counts, `inspect`, `purge`.
+
+These read a crawl's keys directly, without opening a frontier, so they work
+on a crawl that workers are using right now (``inspect`` reads while they
+write: its figures are a close, not an atomic, snapshot) and on one created
+with any settings. They are the logic behind ``crawlq inspect URL`` and
+``crawlq purge URL``.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from dataclasses import replace as dataclass_replace
+from typing import Any, Final
+
+from ..._errors import StoreError
+from ..base import Counters, HostCount, HostList, host_details
+from .config import RedisURL, parse_url
+from .conn import Link, acquire_client, pack, redis_module, release_client
+
+__all__ = [
+    "Inspection",
+    "ShardSummary",
+    "change_host",
+    "host_counts",
+    "host_policy",
+    "hosts",
+    "inspect",
+    "meta_counts",
+    "purge",
+    "server_counters",
+    "snapshot",
+]
+
+_SCAN_COUNT: Final = 1000
+_HIST_CHUNK: Final = 200  # hosts per inspect.lua call
+_STATE_HEAD: Final = struct.Struct(">BId")  # flag, leased, ready (ms)
+_FLAG_FULL: Final = 73  # lib.lua's FLAG_I: at its concurrency limit
+_STATE_SIZE: Final = struct.calcsize(">BIdd")  # then the head id, if any
+
+
+def server_counters(figures: Sequence[int], leased: int, prefetched: int = 0) -> Counters:
+    """`Counters` from the server's (accepted, duplicates, capped, popped, released, expired).
+
+    ``leased`` is the server's lease count; ``prefetched`` requests, held
+    unused by the reader, are not popped yet. Acked is what was popped and
+    is neither back (released, expired) nor leased.
+    """
+    accepted, duplicates, capped, popped, released, expired = figures
+    return Counters(
+        accepted=accepted,
+        duplicates=duplicates,
+        capped=capped,
+        popped=popped - prefetched,
+        acked=popped - released - expired - leased,
+        released=released,
+        expired=expired,
+    )
+
+
+def meta_counts(meta: Mapping[str, str], leased: int) -> tuple[int, Counters]:
+    """The queue's size and the crawl's `Counters` from its meta hash (see lib.lua)."""
+
+    def get(name: str) -> int:
+        return int(meta.get(name, "0") or 0)
+
+    queued = get("queued") + get("accepted") - get("popped") + get("released") + get("expired")
+    offered = get("seq") - get("seq0")
+    figures = [
+        get("accepted"),
+        offered - get("accepted") - get("capped"),
+        get("capped"),
+        get("popped"),
+        get("released"),
+        get("expired"),
+    ]
+    return queued, server_counters(figures, leased)
+
+
+def _scan_hosts(link: Link, prefix: bytes) -> dict[str, tuple[int, bool, float]]:
+    """Every host with state: its lease count, whether it is at its
+    concurrency limit with requests queued, and when its delay ends (ms)."""
+    leased: dict[str, tuple[int, bool, float]] = {}
+    cursor = b"0"
+    while True:
+        cursor, flat = link.command(
+            b"HSCAN", prefix + b"hosts", cursor, b"COUNT", _SCAN_COUNT, doing="listing hosts"
+        )
+        for i in range(0, len(flat), 2):
+            # The state is packed by lib.lua as struct '>BI4dd' .. head id.
+            state = flat[i + 1]
+            flag, held, ready = _STATE_HEAD.unpack_from(state)
+            head = len(state) > _STATE_SIZE
+            leased[flat[i].decode()] = (held, head and flag == _FLAG_FULL, ready)
+        if cursor in (b"0", 0):
+            return leased
+
+
+def host_counts(link: Link, prefix: bytes, limit: int, prefetched: Mapping[str, int]) -> HostList:
+    """Up to ``limit`` hosts: the most queued first, then blocked or with a policy.
+
+    ``prefetched`` counts, per host, requests this process leased ahead and has
+    not handed out: they are reported as queued. Costs O(hosts) on the client
+    and a function call per ``_SCAN_COUNT`` hosts.
+    """
+    leased = _scan_hosts(link, prefix)
+    names = list(leased)
+    queued: list[int] = []
+    link.load_library("counting hosts")
+    function = link.library.function["queued_per_host"]
+    for start in range(0, len(names), _SCAN_COUNT):
+        chunk = [name.encode() for name in names[start : start + _SCAN_COUNT]]
+        queued += link.call(pack([b"FCALL", function, b"1", prefix, *chunk]), "counting hosts")
+    busy: dict[str, tuple[int, int]] = {}
+    for name, waiting in zip(names, queued, strict=True):
+        mine = prefetched.get(name, 0)
+        held = leased[name][0]
+        waiting += mine
+        held -= mine
+        if waiting or held:
+            busy[name] = (waiting, held)
+    clock, blocks, policies = link.commands(
+        [(b"TIME",), (b"HGETALL", prefix + b"blocks"), (b"HGETALL", prefix + b"policy")],
+        "reading host controls",
+    )
+    now = int(clock[0]) * 1000 + int(clock[1]) / 1000
+    blocked = {}
+    for i in range(0, len(blocks), 2):
+        until = float(blocks[i + 1].split()[0])
+        if until > now:
+            blocked[blocks[i].decode()] = until / 1000
+    overrides = {policies[i].decode(): _policy(policies[i + 1]) for i in range(0, len(policies), 2)}
+
+    def timing(name: str) -> tuple[float, bool]:
+        _, full, ready = leased.get(name, (0, False, 0.0))
+        return max(0.0, (ready - now) / 1000), full
+
+    details = host_details(busy, blocked, overrides, lambda name: 0, limit, now / 1000, timing)
+    if not details:
+        return details
+    accepted = link.command(
+        b"HMGET", prefix + b"accepted", *(h.host.encode() for h in details), doing="listing hosts"
+    )
+    return HostList(
+        [
+            dataclass_replace(h, accepted=int(count or 0))
+            for h, count in zip(details, accepted, strict=True)
+        ],
+        details.busy,
+        details.blocked,
+    )
+
+
+def _policy(value: bytes) -> tuple[float | None, int | None]:
+    """A host's ``policy`` field, "<delay ms> <concurrency>", as (seconds, limit)."""
+    delay, _, concurrency = value.decode().partition(" ")
+    return (float(delay) / 1000 if delay else None, int(concurrency) if concurrency else None)
+
+
+def host_policy(link: Link, prefix: bytes, host: str) -> tuple[float | None, int | None]:
+    """A host's own (delay, concurrency), None where it follows the crawl's."""
+    value = link.command(b"HGET", prefix + b"policy", host.encode(), doing="reading a policy")
+    return (None, None) if value is None else _policy(value)
+
+
+@dataclass(frozen=True)
+class ShardSummary:
+    """One shard of a Redis Cluster crawl, as ``crawlq inspect`` shows it."""
+
+    #: The shard's number (its keys are ``crawlq:{NAME:K}:*``).
+    shard: int
+    #: The primary serving it, host:port.
+    node: str
+    queued: int
+    leased: int
+    seen: int
+
+
+@dataclass(frozen=True)
+class Inspection:
+    """What ``crawlq inspect`` shows about a crawl kept in Redis."""
+
+    #: The frontier URL, password masked.
+    url: str
+    #: The crawl name.
+    crawl: str
+    #: False when no crawl of that name exists (every count is then 0).
+    exists: bool
+    #: The server's version, e.g. "7.0.15".
+    server_version: str
+    #: Requests waiting to be handed out.
+    queued: int
+    #: Requests handed out (including workers' prefetched ones) and not yet acked.
+    leased: int
+    #: Leases whose deadline has passed; the next pop by any worker puts them back.
+    expired_leases: int
+    #: Seconds until the next lease deadline, None without leases.
+    next_lease_deadline_in: float | None
+    #: Leased requests per worker (host/pid/random id of its store).
+    leases_by_owner: dict[str, int]
+    #: Fingerprints recorded (Bloom mode: insertions that set a new bit).
+    seen: int
+    #: "exact", "timed" (exact, with seen_ttl) or "bloom".
+    dedup: str
+    #: Bloom mode only: share of bits set, and the false-positive rate it implies.
+    bloom_fill_ratio: float | None
+    bloom_false_positive_rate: float | None
+    #: Hosts with the most queued requests, busiest first.
+    hosts: list[HostCount]
+    #: Hosts with any queued or leased request.
+    host_total: int
+    #: Queued requests per priority, highest priority first.
+    priorities: list[tuple[int, int]]
+    #: The crawl's fixed settings and those of the last store that opened it.
+    settings: dict[str, str] = field(default_factory=dict)
+    #: Server memory in use (all crawls and data on that server), bytes.
+    used_memory: int = 0
+    #: What happened to the crawl's requests since it was created.
+    counters: Counters = field(default_factory=Counters)
+    #: A Redis Cluster crawl's shards (empty for one server), by number.
+    shards: list[ShardSummary] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (hosts as dicts)."""
+        return asdict(self)
+
+
+def _open_link(url: str) -> tuple[RedisURL, Link]:
+    location = parse_url(url)
+    redis_module()
+    client = acquire_client(location)
+    return location, Link(location, client, retry_timeout=5.0)
+
+
+def _close_link(location: RedisURL, link: Link) -> None:
+    link.close()
+    release_client(location)
+
+
+def inspect(url: str, *, hosts: int = 20) -> Inspection:
+    """Describe the crawl at a Redis frontier URL, without changing it.
+
+    Reads counts, the ``hosts`` busiest hosts, the priority histogram (one
+    short server-side walk per host queue), leases per worker and the crawl's
+    settings. Raises `ConfigError` for a bad URL, `StoreUnavailable` or
+    `StoreError` when the server cannot be read.
+    """
+    location, link = _open_link(url)
+    try:
+        return inspect_at(location, link, hosts)
+    finally:
+        _close_link(location, link)
+
+
+def inspect_at(location: RedisURL, link: Link, hosts: int) -> Inspection:
+    """`inspect` on a link to the server holding the crawl (or one cluster shard)."""
+    prefix = location.prefix.encode()
+    meta_flat = link.command(b"HGETALL", prefix + b"meta", doing="inspecting")
+    meta = {meta_flat[i].decode(): meta_flat[i + 1].decode() for i in range(0, len(meta_flat), 2)}
+    info = link.command(b"INFO", doing="inspecting").decode()
+    fields = dict(
+        line.split(":", 1) for line in info.splitlines() if ":" in line and line[0] != "#"
+    )
+    bloom_bits = int(meta.get("bloom_bits", "0") or 0)
+    now_s, now_us = link.command(b"TIME", doing="inspecting")
+    now_ms = int(now_s) * 1000 + int(now_us) // 1000
+    leases = prefix + b"leases"
+    replies = link.commands(
+        [
+            (b"ZCARD", leases),
+            (b"ZCOUNT", leases, b"-inf", now_ms),
+            (b"ZRANGE", leases, 0, 0, b"WITHSCORES"),
+            (b"SCARD", prefix + b"seen"),
+            (b"BITCOUNT", prefix + b"bloom"),
+            (b"HLEN", prefix + b"seen_at"),
+        ],
+        "inspecting",
+    )
+    leased, expired, first, seen_set, ones, seen_timed = replies
+    by_owner = _leases_by_owner(link, prefix)
+    every = host_counts(link, prefix, 1 << 62, {})
+    priorities = _priorities(link, prefix, [h.host for h in every if h.queued])
+    fill = ones / bloom_bits if bloom_bits else None
+    hashes = int(meta.get("bloom_hashes", "0") or 0)
+    queued, counters = meta_counts(meta, int(leased))
+    settings = {
+        k: v
+        for k, v in meta.items()
+        if k in ("format", "lifo", "created", "bloom_capacity", "bloom_error_rate")
+        or k.startswith("last_")
+    }
+    return Inspection(
+        url=location.display,
+        crawl=location.crawl,
+        exists=bool(meta),
+        server_version=fields.get("redis_version", "?"),
+        queued=queued,
+        leased=int(leased),
+        expired_leases=int(expired),
+        next_lease_deadline_in=(max(0.0, (float(first[1]) - now_ms) / 1000) if first else None),
+        leases_by_owner=by_owner,
+        seen=_seen(meta, int(seen_set), int(seen_timed)),
+        dedup="bloom" if bloom_bits else "timed" if meta.get("seen_ttl") == "1" else "exact",
+        bloom_fill_ratio=fill,
+        bloom_false_positive_rate=fill**hashes if fill is not None else None,
+        hosts=every[:hosts],
+        host_total=len(every),
+        priorities=priorities,
+        settings=settings,
+        used_memory=int(fields.get("used_memory", "0") or 0),
+        counters=counters,
+    )
+
+
+def _leases_by_owner(link: Link, prefix: bytes) -> dict[str, int]:
+    owners: dict[str, int] = {}
+    cursor = b"0"
+    while True:
+        cursor, flat = link.command(
+            b"HSCAN", prefix + b"lease", cursor, b"COUNT", _SCAN_COUNT, doing="listing leases"
+        )
+        for field_, record in zip(flat[::2], flat[1::2], strict=True):
+            if field_.startswith(b"@"):
+                continue  # a worker's last outcome, not a lease
+            # The token starts the record: "owner:call.n".
+            token = record.partition(b" ")[0]
+            owner = token.rpartition(b":")[0].decode(errors="replace")
+            owners[owner] = owners.get(owner, 0) + 1
+        if cursor in (b"0", 0):
+            return dict(sorted(owners.items(), key=lambda item: -item[1]))
+
+
+def _priorities(link: Link, prefix: bytes, names: list[str]) -> list[tuple[int, int]]:
+    link.load_library("inspecting")
+    function = link.library.function["histogram"]
+    totals: dict[int, int] = {}
+    for start in range(0, len(names), _HIST_CHUNK):
+        chunk = [name.encode() for name in names[start : start + _HIST_CHUNK]]
+        flat = link.call(pack([b"FCALL", function, b"1", prefix, *chunk]), "inspecting")
+        for i in range(0, len(flat), 2):
+            priority = -int(float(flat[i]))
+            totals[priority] = totals.get(priority, 0) + int(flat[i + 1])
+    return sorted(totals.items(), reverse=True)
+
+
+def purge(url: str) -> int:
+    """Delete every key of the crawl at a Redis frontier URL; return how many.
+
+    The only way crawlq deletes shared data (``close()`` never does). Run it
+    when no worker uses the crawl: a worker still running recreates the keys
+    it touches. Other crawls on the server are left alone. Raises
+    `ConfigError` for a bad URL, `StoreUnavailable` or `StoreError` when the
+    server cannot be reached or refuses.
+    """
+    location, link = _open_link(url)
+    try:
+        return purge_at(location, link)
+    finally:
+        _close_link(location, link)
+
+
+def purge_at(location: RedisURL, link: Link) -> int:
+    """`purge` on a link to the server holding the crawl (or one cluster shard)."""
+    # The crawl name allows no glob characters, so this matches its keys only.
+    pattern = location.prefix.encode() + b"*"
+    deleted = 0
+    cursor = b"0"
+    while True:
+        cursor, keys = link.command(
+            b"SCAN", cursor, b"MATCH", pattern, b"COUNT", _SCAN_COUNT, doing="purging"
+        )
+        if keys:
+            deleted += int(link.command(b"UNLINK", *keys, doing="purging"))
+        if cursor in (b"0", 0):
+            return deleted
+
+
+def hosts(url: str, *, top: int = 20) -> HostList:
+    """Per-host figures of the crawl at a Redis URL, without opening a frontier."""
+    location, link = _open_link(url)
+    try:
+        return host_counts(link, location.prefix.encode(), top, {})
+    finally:
+        _close_link(location, link)
+
+
+def change_host(url: str, what: str, host: str, seconds: float | None = None) -> None:
+    """Change one host of a running Redis crawl: ``block`` / ``delay`` (seconds) or ``unblock``.
+
+    Runs the crawl's ``control`` function, as a worker's `Frontier.block_host`
+    or `set_host_policy` would (with the pacing its workers last opened it
+    with); every worker obeys it from its next call. ``delay`` None gives the
+    host the crawl's delay again, keeping its own concurrency. Raises
+    `StoreError` when there is no such crawl.
+    """
+    location, link = _open_link(url)
+    try:
+        change_host_at(location, link, what, host, seconds)
+    finally:
+        _close_link(location, link)
+
+
+def change_host_at(
+    location: RedisURL, link: Link, what: str, host: str, seconds: float | None
+) -> None:
+    """`change_host` on a link to the server holding the crawl (or the host's shard)."""
+    prefix = location.prefix.encode()
+    delay_s, concurrency = link.command(
+        b"HMGET", prefix + b"meta", b"last_host_delay", b"last_host_concurrency",
+        doing="reading the crawl's settings",
+    )  # fmt: skip
+    if delay_s is None:
+        raise StoreError(f"there is no crawl {location.crawl!r} at {location.display}")
+    link.load_library("loading crawlq's functions")
+    head = [b"FCALL", link.library.function["control"], b"1", prefix, what.encode()]
+    pacing = [b"%d" % math.ceil(float(delay_s) * 1_000_000), concurrency or b"0"]
+    args: list[bytes] = []
+    if what == "block":
+        assert seconds is not None
+        args = [b"%d" % math.ceil(seconds * 1000)]
+    elif what == "delay":
+        own = host_policy(link, prefix, host)[1]
+        args = [
+            b"" if seconds is None else b"%d" % math.ceil(seconds * 1000),
+            b"" if own is None else b"%d" % own,
+        ]
+        what_bytes = b"policy"
+        head[-1] = what_bytes
+    link.call(pack([*head, *pacing, host.encode(), *args]), "changing a host")
+
+
+def snapshot(url: str, *, top: int = 20) -> tuple[int, int, int, Counters, HostList]:
+    """Queued, leased, seen, `Counters` and the ``top`` busiest hosts of a Redis crawl.
+
+    For ``crawlq top`` and metrics read from outside the workers; leased
+    includes workers' prefetched requests. Costs what `host_counts` costs.
+    Raises `StoreError` when there is no such crawl, `StoreUnavailable` when
+    the server cannot be reached.
+    """
+    location, link = _open_link(url)
+    try:
+        return snapshot_at(location, link, top)
+    finally:
+        _close_link(location, link)
+
+
+def snapshot_at(
+    location: RedisURL, link: Link, top: int
+) -> tuple[int, int, int, Counters, HostList]:
+    """`snapshot` on a link to the server holding the crawl (or one cluster shard)."""
+    prefix = location.prefix.encode()
+    meta_flat, leased, seen_set, seen_timed = link.commands(
+        [
+            (b"HGETALL", prefix + b"meta"),
+            (b"ZCARD", prefix + b"leases"),
+            (b"SCARD", prefix + b"seen"),
+            (b"HLEN", prefix + b"seen_at"),
+        ],
+        "reading the crawl",
+    )
+    if not meta_flat:
+        raise StoreError(f"there is no crawl {location.crawl!r} at {location.display}")
+    busiest = host_counts(link, prefix, top, {})
+    meta = {meta_flat[i].decode(): meta_flat[i + 1].decode() for i in range(0, len(meta_flat), 2)}
+    queued, counters = meta_counts(meta, int(leased))
+    return queued, int(leased), _seen(meta, int(seen_set), int(seen_timed)), counters, busiest
+
+
+def _seen(meta: Mapping[str, str], set_size: int, timed_size: int) -> int:
+    """Fingerprints a crawl holds, by its dedup: Bloom, timed, buckets, or an older set."""
+    if int(meta.get("bloom_bits", "0") or 0):
+        return int(meta.get("seen", "0") or 0)  # insertions that set a new bit
+    if meta.get("seen_ttl") == "1":
+        return timed_size
+    if "sl" in meta:
+        return int(meta.get("ns", "0") or 0)
+    return set_size

@@ -1,0 +1,688 @@
+"""The Redis store: many crawler processes share one frontier.
+
+``redis://[user:password@]host:port/db?crawl=NAME`` (also ``rediss://`` and
+``unix:///path.sock?db=N&crawl=NAME``). The crawl name namespaces every key,
+so many crawls share one server; all keys of a crawl carry the hash tag
+``{NAME}`` and so sit in one cluster slot. Every change is one call of a Lua
+function run atomically by the server (Redis Functions, from the package's
+``stores/redis/lua/*.lua``, where the key layout is documented; Redis 7.0 or newer):
+add is dedup plus enqueue for a whole batch; pop leases a batch in the order
+of ``stores/base.py`` under per-host delay and concurrency kept in Redis, so
+every worker shares them; ack and release end leases. Time is the server's
+(``TIME``), never a worker's clock.
+
+Prefetch
+    A pop leases up to ``prefetch`` requests in one round trip (growing from 1
+    while the caller keeps draining them quickly) and serves them locally.
+    They are real leases: other workers never get them, and they count as
+    leased for everyone but this store, which reports them as queued. A batch
+    is a snapshot in order; to keep one process's order exact, any add, ack or
+    release that makes a request at least as good as the last prefetched one
+    ready gives the batch back and leases afresh, in that same round trip.
+    While the caller keeps popping, an ack or release also leases the next
+    request, so a pop / add / ack loop pays two round trips per step. A caller
+    that knows how many pops follow its next call (the asyncio `Scheduler`:
+    one per waiting getter) says so with `expect_pops`: that call leases them
+    behind its own changes, and prefetched requests that need not go back
+    stay, the new ones after them. Other workers' changes, and hosts whose
+    delay ends meanwhile, count from the next round trip. Unserved requests
+    go back at ``close()``, and are given back rather than served once half
+    their ``lease_timeout`` has passed.
+
+Settings
+    ``lifo`` and the dedup mode (exact, or Bloom with ``bloom_capacity`` and
+    ``bloom_error_rate``) are fixed when a crawl is created; a later open
+    with others raises `IncompatibleStore`, one without Bloom options adopts
+    the crawl's filter. ``host_delay``, ``host_concurrency`` and
+    ``lease_timeout`` travel with each call, so they apply to what each worker
+    pops: give every worker the same ones.
+
+Durability
+    What Redis keeps: with ``appendonly yes`` and ``appendfsync always`` an
+    acknowledged call survives a server crash. A call whose reply was lost is
+    retried with the same call number; the function remembers each worker's
+    last outcome and returns it instead of running twice. When the retries
+    give up (`StoreUnavailable`), the worker's next call gives back what the
+    unanswered call leased, so a long outage leaves no lease stuck until
+    ``lease_timeout``.
+
+Nothing is wiped implicitly: ``close()`` never deletes shared data. `purge`
+removes a crawl and `inspect` describes one (both for the ``crawlq`` CLI).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import secrets
+import socket
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Mapping, Sequence
+from itertools import compress
+from operator import itemgetter
+from typing import Any, Final
+
+from ..._errors import StoreError
+from ..._fingerprint import Fingerprinter
+from ..._lease import Lease, new_lease
+from ..._policy import Policy
+from ..._request import Request, decode_request, encode_request
+from ..base import Entry, StoreCounts
+from .config import RedisURL, Settings, parse_url
+from .conn import Link, acquire_client, pack, pack_args, pack_entries, redis_module, release_client
+from .controls import RedisControls
+from .inspection import Inspection, inspect, purge, server_counters
+from .memory import check_evictions
+from .open import Dedup, check_server, open_crawl
+from .state import bloom_stats, load_state, save_state
+
+__all__ = [
+    "OPTIONS",
+    "Inspection",
+    "RedisStore",
+    "inspect",
+    "open_store",
+    "purge",
+]
+
+#: Options of the Redis store, besides the common ones.
+OPTIONS: Final = (
+    "prefetch",
+    "bloom_capacity",
+    "bloom_error_rate",
+    "retry_timeout",
+    "allow_eviction",
+)
+
+_FINISH_CHUNK: Final = 1000
+_FAST_DRAIN: Final = 0.2  # seconds: a batch drained sooner lets the next one grow
+_ACCEPTED_EVERY: Final = 1.0  # seconds a worker may hold its per-host accepted counts
+_HOST: Final = itemgetter(1)  # an Entry's host
+#: Seconds between two looks at the server's ``evicted_keys``.
+_EVICTION_CHECK: Final = 5.0
+
+log = logging.getLogger("crawlq.redis")
+
+#: A call packed (and maybe sent) by `RedisStore._call_start`: its packed
+#: command, how to pack its retry, what it does, its key prefix (None: the
+#: store's own), whether prefetched requests were held, and whether it was
+#: sent (None: not tried, `Link.call` sends it).
+_Pending = tuple[bytes, Callable[[], bytes], str, "bytes | None", bool, "bool | None"]
+#: An add begun by `RedisStore.add_start`: its call, its entries, whether it
+#: carried the acks waiting, the finished leases for later calls, the hosts
+#: of those leases, and whether it was numbered for a cluster.
+_PendingAdd = tuple[_Pending, Sequence[Entry], bool, list[bytes], set[bytes], bool]
+
+
+def open_store(
+    url: str, policy: Policy, fingerprinter: Fingerprinter, options: dict[str, Any]
+) -> tuple[RedisStore, str]:
+    """Open (creating if new) the crawl a Redis URL names, after a self-check.
+
+    Returns the store and its URL with the password masked. Raises
+    `ConfigError` for a bad URL or option, or a missing redis-py;
+    `StoreUnavailable` when the server cannot be reached; `StoreError` for
+    wrong credentials, a database the server does not have, a server older
+    than Redis 7.0, or a failed self-check; `IncompatibleStore` for a crawl
+    created with other ``lifo`` or Bloom settings, or keys that are not
+    crawlq's under the crawl's prefix.
+    """
+    location = parse_url(url)
+    settings = Settings.from_options(options)
+    redis_module()
+    client = acquire_client(location)
+    try:
+        store = RedisStore(location, client, policy, fingerprinter, settings)
+    except BaseException:
+        release_client(location)
+        raise
+    return store, location.display
+
+
+class RedisStore(RedisControls):
+    """A frontier kept in Redis and shared by every process that opens its URL.
+
+    Use `crawlq.open_frontier` with a ``redis://`` URL. See the module
+    docstring for prefetch, durability and what ``close()`` keeps.
+    """
+
+    needs_payload = True
+    durable = True
+    shared = True
+
+    def __init__(
+        self,
+        location: RedisURL,
+        client: Any,
+        policy: Policy,
+        fingerprinter: Fingerprinter,
+        settings: Settings,
+        reroute: Callable[[], Any] | None = None,
+        replicas: int = 0,
+    ) -> None:
+        self._location = location
+        # Any frontier on the same crawl may finish a lease: the server checks it.
+        self.origin = f"{location.display.partition('?')[0]}#{location.prefix}"
+        self._prefix = location.prefix.encode()
+        self._link = Link(location, client, settings.retry_timeout, reroute, replicas)
+        self._functions = {
+            name.encode(): function for name, function in self._link.library.function.items()
+        }
+        self._lease_timeout = policy.lease_timeout
+        # Milliseconds (the delay in microseconds) of server time; rounded
+        # up so nothing comes early.
+        self._policy_packed = pack_args(
+            [
+                b"%d" % math.ceil(policy.lease_timeout * 1000),
+                b"%d" % math.ceil(round(policy.host_delay * 1_000_000, 3)),
+                b"%d" % (policy.host_concurrency or 0),
+            ]
+        )
+        self._lifo = policy.lifo
+        self._ack_delay = policy.ack_delay
+        self._control_head = [
+            b"%d" % math.ceil(round(policy.host_delay * 1_000_000, 3)),
+            b"%d" % (policy.host_concurrency or 0),
+        ]
+        self._seen_ttl = policy.seen_ttl
+        # add.lua's cap and TTL arguments (set once the crawl's dedup is known).
+        self._add_tail = [b"%d" % (policy.max_requests_per_host or 0), b""]
+        # Without a cap, each host's accepted count is for stats only: this
+        # worker adds its own up and sends them once a second (a command per
+        # host per second, not per request); with a cap add.lua counts exactly.
+        self._host_accepted: Counter[str] | None = (
+            Counter() if policy.max_requests_per_host is None else None
+        )
+        self._host_accepted_at = time.monotonic()
+        # Acks not sent yet: (id, token) pairs and their hosts. They travel in
+        # the next call (a prefetch refill, an add), at the latest once
+        # ack_delay has passed since the first of them (see `ack`).
+        self._waiting: list[bytes] = []
+        self._waiting_hosts: set[bytes] = set()
+        self._acks_since = 0.0
+        self._prefetch = settings.prefetch
+        self._want = 1
+        # Requests the caller will pop right after its next call (see
+        # `expect_pops`): that call leases them, behind its own writes. None:
+        # not said, so guess (a caller that keeps popping gets one).
+        self._demand: int | None = None
+        self._buffer: deque[tuple[Request, bytes]] = deque()
+        self._fetched_at = 0.0
+        self._fetched_full = False
+        self._popping = False
+        # After a failed call the prefetched leases may have been given back
+        # (the reply was lost): serve none, give them back at the next call.
+        self._suspect = False
+        # The first of the calls that went unanswered since the last answer
+        # (their leases are given back by the next call), or None.
+        self._lost: int | None = None
+        self._calls = 0
+        #: The next number after this store's last numbered add (cluster shards).
+        self.id_mark = 0
+        self._allow_eviction = settings.allow_eviction
+        self._evicted = 0
+        self._eviction_check_at = time.monotonic() + _EVICTION_CHECK
+        self._new_owner()
+        try:
+            self._open(policy, fingerprinter, settings)
+        except BaseException:
+            self._link.close()
+            raise
+
+    def _new_owner(self) -> None:
+        host = "".join(c for c in socket.gethostname() if c.isalnum() or c in ".-")[:40]
+        self._owner = f"{host or 'host'}/{os.getpid()}/{secrets.token_hex(3)}".encode()
+        self._pid = os.getpid()
+        self._lost = None  # a forked copy never made its parent's calls
+        # Packed heads of each function's calls (they hold the owner).
+        self._heads: dict[bytes, bytes] = {}
+
+    # -- opening --------------------------------------------------------------
+
+    def _open(self, policy: Policy, fingerprinter: Fingerprinter, settings: Settings) -> None:
+        self._evicted = check_server(self._link, self._location.display, self._allow_eviction)
+        self._link.load_library("loading crawlq's functions")
+        self._dedup: Dedup = open_crawl(self._link, self._location, policy, settings)
+        self._bloom_bits, self._bloom_hashes = self._dedup.bits, self._dedup.hashes
+        if self._dedup.timed:
+            ttl = self._seen_ttl
+            self._add_tail[1] = b"0" if ttl is None else b"%d" % max(1, round(ttl * 1000))
+        self._self_check(fingerprinter)
+
+    def _self_check(self, fingerprinter: Fingerprinter) -> None:
+        """Push a probe through add, pop and ack in scratch keys; compare fingerprints."""
+        tag = secrets.token_hex(6)
+        prefix = self._prefix + b"probe:" + tag.encode() + b":"
+        probe = Request(f"https://self-check.invalid/{tag}", meta={"probe": tag}, priority=7)
+        fingerprint, host = fingerprinter.fingerprint_and_host(probe)
+        entry = (fingerprint, host, probe, encode_request(probe))
+        doing = "running the self-check"
+        try:
+            extra = [*pack_entries([entry], 0, 0, self._lifo), b"0", b"", b"0"]
+            added = self._call(b"probe", 0, False, extra, doing, prefix)
+            popped = self._call(b"pop", 1, True, [], doing, prefix)
+            items = popped[2:]
+            back = decode_request(items[3]) if len(items) == 4 else None
+            if back is not None:
+                ack = [b"a", b"1", items[0], items[1]]
+                self._call(b"ack_or_release", 0, False, ack, doing, prefix)
+        finally:
+            keys = [b"meta", b"seen", b"hosts", b"ready", b"delayed", b"leases", b"lease", b"p"]
+            keys.append(b"accepted")
+            self._link.command(b"DEL", *(prefix + key for key in keys), doing=doing)
+        if added[0] != b"1" or back is None or fingerprinter.fingerprint(back) != fingerprint:
+            raise StoreError(
+                f"self-check failed at {self._location.display}: a probe request pushed to "
+                f"Redis came back as {back!r}; the server does not run crawlq's functions "
+                "faithfully"
+            )
+
+    # -- the one way to call a changing function -------------------------------
+
+    def _call(
+        self,
+        function: bytes,
+        refill: int,
+        force: bool,
+        extra: Sequence[bytes],
+        doing: str,
+        prefix: bytes | None = None,
+    ) -> list[Any]:
+        return self._call_end(self._call_start(function, refill, force, extra, doing, prefix))
+
+    def _call_start(
+        self,
+        function: bytes,
+        refill: int,
+        force: bool,
+        extra: Sequence[bytes],
+        doing: str,
+        prefix: bytes | None = None,
+        send: bool = False,
+    ) -> _Pending:
+        """Pack a call (and with ``send``, send it now); `_call_end` gets its reply."""
+        if os.getpid() != self._pid:
+            # A forked copy: the parent owns the prefetched leases.
+            self._new_owner()
+            self._buffer.clear()
+        # The self-check runs in scratch keys and leaves this store's own
+        # prefetched requests alone.
+        buffer = self._buffer if prefix is None else deque()
+        if not self._allow_eviction and time.monotonic() >= self._eviction_check_at:
+            self._evicted = check_evictions(self._link, self._location.display, self._evicted)
+            self._eviction_check_at = time.monotonic() + _EVICTION_CHECK
+        self._calls += 1
+        if prefix is None:
+            head = self._heads.get(function)
+            if head is None:
+                head = self._heads[function] = pack_args(
+                    [b"FCALL", self._functions[function], b"1", self._prefix, self._owner]
+                )
+        else:
+            head = pack_args([b"FCALL", self._functions[function], b"1", prefix, self._owner])
+        args = [
+            b"%d" % refill,
+            b"%d" % -buffer[-1][0].priority if buffer else b"",
+            b"1" if force or self._suspect else b"0",
+            b"%d" % len(buffer),
+        ]
+        for request, _ in buffer:
+            lease = request._lease
+            args.append(lease[0])  # type: ignore[index]
+            args.append(lease[1])  # type: ignore[index]
+        args.extend(extra)
+        # FCALL, function, 1, prefix, owner, call number, 3 policy arguments.
+        start = b"*%d\r\n%b" % (9 + len(args), head)
+        rest = self._policy_packed + pack_args(args)
+
+        number = b"%d" % self._calls
+        if self._lost is not None and prefix is None:
+            # Calls from _lost on went unanswered: the function gives back
+            # what they leased (see give_back_lost in lib.lua).
+            number += b"g%d" % self._lost
+
+        def retried() -> bytes:
+            # The function then checks whether its first run completed.
+            return start + pack_args([b"r" + number]) + rest
+
+        packed = start + pack_args([number]) + rest
+        sent = self._link.send(packed) if send else None
+        return packed, retried, doing, prefix, bool(buffer), sent
+
+    def _call_end(self, pending: _Pending) -> list[Any]:
+        """The reply of a call `_call_start` packed (or sent), its leases taken."""
+        packed, retried, doing, prefix, buffered, sent = pending
+        try:
+            reply: list[Any]
+            if sent is None:
+                reply = self._link.call(packed, doing, retried=retried)
+            else:
+                reply = self._link.receive(packed, doing, sent=sent, retried=retried)
+        except StoreError:
+            if prefix is None:
+                if buffered:
+                    self._suspect = True
+                if self._lost is None:
+                    self._lost = self._calls
+            raise
+        if prefix is None:
+            self._suspect = False
+            self._lost = None
+            if reply[1] or len(reply) > 2:
+                self._take(reply)
+        return reply
+
+    def _refill(self, finishing: bool) -> int:
+        """How many prefetched requests a changing call should leave this store holding.
+
+        What the caller said with `expect_pops` (at least those held now),
+        said for this call only; else those held now, or one for a caller
+        that keeps popping when the call ends leases (``finishing``).
+        """
+        demand, self._demand = self._demand, None
+        held = len(self._buffer)
+        if demand is not None:
+            return max(held, demand)
+        return held or int(self._popping and finishing)
+
+    def _take(self, reply: list[Any]) -> None:
+        """Take the requests a function just leased, as prefetched ones.
+
+        They replace those held if the function gave them back
+        (``reply[1]``), else they follow them.
+        """
+        buffer = self._buffer
+        if reply[1] or not buffer:
+            buffer = self._buffer = deque()
+            # The staleness of a batch counts from its oldest lease.
+            self._fetched_at = time.monotonic()
+        items = iter(reply[2:])
+        for id_, token, host, payload in zip(items, items, items, items, strict=True):
+            request = decode_request(payload)
+            request._lease = new_lease(Lease, (id_, token, host, self.origin))
+            buffer.append((request, host))
+
+    def _stale(self) -> bool:
+        return self._suspect or time.monotonic() - self._fetched_at > self._lease_timeout / 2
+
+    # -- the store protocol ----------------------------------------------------
+
+    def add(
+        self, entries: Sequence[Entry], finished: Sequence[object] = (), *, lifo: bool | None = None
+    ) -> list[bool]:
+        return self.add_end(self.add_start(entries, finished, lifo))
+
+    def add_start(
+        self,
+        entries: Sequence[Entry],
+        finished: Sequence[object] = (),
+        lifo: bool | None = None,
+        send: bool = False,
+        numbering: tuple[int, bytes, int] | None = None,
+    ) -> _PendingAdd:
+        """`add`, up to sending its call (with ``send``); `add_end` finishes it.
+
+        A store that spreads one batch over several (a cluster crawl's
+        shards) sends every part before it waits for any reply, and numbers
+        the part's requests after the whole batch: ``numbering`` is (floor,
+        each entry's place in the batch as packed uint32, batch size), see
+        "Ids across shards" in add.lua; `add_end` then sets ``id_mark``.
+        """
+        buffer = self._buffer
+        if lifo is None:
+            lifo = self._lifo
+        extra = pack_entries(entries, self._bloom_bits, self._bloom_hashes, lifo)
+        extra += self._add_tail
+        pairs, hosts = _lease_pairs(finished)
+        waiting = self._waiting
+        if waiting:
+            pairs = waiting + pairs
+            hosts |= self._waiting_hosts
+        # Lua unpacks the pairs onto its stack: more go in later calls, after
+        # the batch, which keeps children durable before their parents' acks.
+        pairs, rest = pairs[: 2 * _FINISH_CHUNK], pairs[2 * _FINISH_CHUNK :]
+        extra.append(b"%d" % (len(pairs) // 2))
+        extra.extend(pairs)
+        if numbering is not None:
+            floor, offsets, span = numbering
+            extra += [b"%d" % floor, offsets, b"%d" % span]
+        # As for an ack (see _finish): a finished lease of a prefetched host
+        # gives the batch back, and a caller that keeps popping gets the next
+        # request leased in this same call.
+        force = bool(buffer) and (self._stale() or any(h in hosts for _, h in buffer))
+        refill = self._refill(bool(pairs))
+        pending = self._call_start(b"add", refill, force, extra, "adding", None, send)
+        return pending, entries, bool(waiting), rest, hosts, numbering is not None
+
+    def add_end(self, started: _PendingAdd) -> list[bool]:
+        """The outcome of an add `add_start` began (False marks a duplicate)."""
+        pending, entries, waited, rest, hosts, numbered = started
+        reply = self._call_end(pending)
+        outcome: bytes = reply[0]
+        if numbered:
+            outcome, _, mark = outcome.partition(b":")
+            self.id_mark = int(mark)
+        if waited:
+            self._waiting, self._waiting_hosts = [], set()
+        if rest:
+            self._finish_pairs(b"a", rest, hosts, "acking")
+        added = [flag == 49 for flag in outcome]  # b"1"
+        counts = self._host_accepted
+        if counts is not None:
+            # The hosts of the accepted requests, counted in C.
+            counts.update(map(_HOST, compress(entries, added)))
+            if time.monotonic() - self._host_accepted_at >= _ACCEPTED_EVERY:
+                self._send_host_accepted()
+        return added
+
+    def _send_host_accepted(self) -> None:
+        """Add this worker's per-host accepted counts to the crawl's, in one round trip."""
+        counts = self._host_accepted
+        self._host_accepted_at = time.monotonic()
+        if not counts:
+            return
+        key = self._prefix + b"accepted"
+        self._link.commands(
+            [(b"HINCRBY", key, host.encode(), b"%d" % n) for host, n in counts.items()],
+            "counting accepted requests",
+        )
+        counts.clear()
+
+    def pop(self) -> Request | None:
+        buffer = self._buffer
+        if self._waiting and time.monotonic() - self._acks_since >= self._ack_delay:
+            self.flush()  # may give the batch back and lease a new one
+            buffer = self._buffer
+        if buffer and not self._stale():
+            self._popping = True
+            return buffer.popleft()[0]
+        buffer = self._fetch()
+        if not buffer:
+            self._popping = False
+            return None
+        self._popping = True
+        return buffer.popleft()[0]
+
+    def peek(self) -> Request | None:
+        """The request `pop` would return now (leased in a batch if need be), kept for `take`.
+
+        For a store that merges several (a cluster crawl's shards): returns
+        None, as `pop` would, when nothing is ready.
+        """
+        buffer = self._buffer
+        if self._waiting and time.monotonic() - self._acks_since >= self._ack_delay:
+            self.flush()
+            buffer = self._buffer
+        if not buffer or self._stale():
+            buffer = self._fetch()
+            if not buffer:
+                self._popping = False
+                return None
+        return buffer[0][0]
+
+    def take(self) -> Request:
+        """Hand out the request `peek` returned."""
+        self._popping = True
+        return self._buffer.popleft()[0]
+
+    def _fetch(self) -> deque[tuple[Request, bytes]]:
+        """Lease a new batch (acks waiting go first, in the same call); return it."""
+        # Grow the batch while the caller drains full batches quickly; shrink
+        # it when they sit (prefetched requests hold their hosts' slots).
+        now = time.monotonic()
+        if self._fetched_full:
+            if now - self._fetched_at < _FAST_DRAIN:
+                self._want = min(self._want * 2, self._prefetch)
+            else:
+                self._want = max(1, self._want // 2)
+        want = self._want
+        if self._demand is not None:
+            # The caller pops this many now and no more before its next call.
+            want, self._demand = max(1, self._demand), None
+        waiting = self._waiting
+        if waiting:
+            # The acks waiting end their leases first, then the refill is
+            # leased, in one call: the lease counts it sees are current.
+            extra = [b"a", b"%d" % (len(waiting) // 2), *waiting]
+            self._call(b"ack_or_release", want, True, extra, "popping")
+            self._waiting, self._waiting_hosts = [], set()
+        else:
+            self._call(b"pop", want, True, [], "popping")
+        buffer = self._buffer
+        self._fetched_full = len(buffer) == want
+        return buffer
+
+    def _finish(self, mode: bytes, leases: Sequence[object], doing: str) -> None:
+        pairs, hosts = _lease_pairs(leases)
+        self._finish_pairs(mode, pairs, hosts, doing)
+
+    def _finish_pairs(self, mode: bytes, pairs: list[bytes], hosts: set[bytes], doing: str) -> None:
+        # Calls of at most _FINISH_CHUNK leases: Lua unpacks them onto its stack.
+        for start in range(0, len(pairs), 2 * _FINISH_CHUNK):
+            chunk = pairs[start : start + 2 * _FINISH_CHUNK]
+            buffer = self._buffer
+            # A prefetched request of an acked host was picked with that host's
+            # old lease count: its place may change, so give the batch back.
+            force = bool(buffer) and (self._stale() or any(h in hosts for _, h in buffer))
+            extra = [mode, b"%d" % (len(chunk) // 2), *chunk]
+            self._call(b"ack_or_release", self._refill(True), force, extra, doing)
+
+    def ack(self, leases: Sequence[object]) -> None:
+        if self._ack_delay <= 0.0:
+            self._finish(b"a", leases, "acking")
+            return
+        pairs, hosts = _lease_pairs(leases)
+        waiting = self._waiting
+        now = time.monotonic()
+        if not waiting:
+            self._acks_since = now
+        waiting.extend(pairs)
+        self._waiting_hosts |= hosts
+        if len(waiting) >= 2 * _FINISH_CHUNK or now - self._acks_since >= self._ack_delay:
+            self.flush()
+
+    def expect_pops(self, count: int | None) -> None:
+        """Have the next changing call lease ``count`` requests (at most ``prefetch``).
+
+        For a caller that pops that many right after its write, and no more
+        before its next one (the asyncio `Scheduler`'s batch of waiting
+        getters, 0 when none waits): they are leased in the write's own round
+        trip, after its changes, so none is leased ahead only to be given
+        back when the write brings better requests. None goes back to
+        guessing from how the caller pops.
+        """
+        self._demand = None if count is None else min(count, self._prefetch)
+
+    def flush(self) -> None:
+        if self._waiting:
+            self._finish_pairs(b"a", self._waiting, self._waiting_hosts, "acking")
+            self._waiting, self._waiting_hosts = [], set()
+
+    def release(self, leases: Sequence[object]) -> None:
+        self.flush()
+        self._finish(b"r", leases, "releasing")
+
+    def counts(self) -> StoreCounts:
+        self.flush()  # the server's lease counts then include this worker's acks
+        queued, leased, seen, *figures = self._read(b"counts")
+        # This store's own prefetched requests are not handed out yet.
+        mine = len(self._buffer)
+        counters = server_counters(figures, leased, mine)
+        return StoreCounts(queued + mine, leased - mine, seen, counters)
+
+    def next_ready_in(self) -> float | None:
+        if self._buffer and not self._stale():
+            return 0.0
+        # A host at its concurrency limit must not wait on acks held here.
+        self.flush()
+        wait = self._read(b"wait")
+        return None if wait < 0 else wait / 1_000_000
+
+    def seen(self, fingerprints: Sequence[bytes]) -> list[bool]:
+        found: list[bool] = []
+        # A few thousand at a time: Lua unpacks them onto its stack.
+        for i in range(0, len(fingerprints), _FINISH_CHUNK):
+            chunk = list(fingerprints[i : i + _FINISH_CHUNK])
+            first = self._add_tail[1] if self._dedup.timed else b"%d" % self._bloom_bits
+            reply = self._read(b"seen", first, b"%d" % self._bloom_hashes, *chunk)
+            found.extend(flag == 1 for flag in reply)
+        return found
+
+    def _read(self, what: bytes, *args: bytes) -> Any:
+        mode = b"bloom" if self._bloom_bits else b"timed" if self._dedup.timed else b"exact"
+        command = pack([b"FCALL", self._functions[b"read"], b"1", self._prefix, what, mode, *args])
+        return self._link.call(command, "reading counts" if what == b"counts" else "reading")
+
+    def extra_stats(self) -> dict[str, float]:
+        """Store-specific figures for ``stats()``: prefetch, and the Bloom filter's state.
+
+        See `crawlq.stores.redis.state.bloom_stats` for the Bloom figures.
+        """
+        stats = {"prefetched": float(len(self._buffer))}
+        if self._bloom_bits:
+            stats.update(bloom_stats(self._link, self._prefix, self._dedup))
+        return stats
+
+    def load_state(self) -> dict[str, Any]:
+        return load_state(self._link, self._prefix, self._location.display)
+
+    def save_state(self, state: Mapping[str, Any]) -> None:
+        save_state(self._link, self._functions[b"state"], self._prefix, state)
+
+    def close(self) -> None:
+        """Give back unserved prefetched requests; shared data stays untouched."""
+        try:
+            waiting = self._waiting
+            if (self._buffer or waiting or self._lost is not None) and os.getpid() == self._pid:
+                # Acks waiting, and the prefetched requests given back.
+                extra = [b"a", b"%d" % (len(waiting) // 2), *waiting]
+                self._call(b"ack_or_release", 0, True, extra, "closing")
+                self._buffer.clear()
+                self._waiting = []
+            if os.getpid() == self._pid:
+                self._send_host_accepted()
+            self._link.command(
+                b"HDEL", self._prefix + b"lease", b"@" + self._owner, doing="closing", retry=False
+            )
+        except StoreError as exc:
+            # Not fatal: prefetched leases come back when they expire.
+            log.warning("closing %s: %s", self._location.display, exc)
+        finally:
+            self._link.close()
+            release_client(self._location)
+
+    def __repr__(self) -> str:
+        return f"<RedisStore {self._location.display}>"
+
+
+def _lease_pairs(leases: Sequence[Any]) -> tuple[list[bytes], set[bytes]]:
+    """(id, token) pairs of this store's leases ``(id, token, host, origin)``, and their hosts."""
+    pairs: list[bytes] = []
+    hosts = set()
+    for lease in leases:
+        pairs.append(lease[0])
+        pairs.append(lease[1])
+        hosts.add(lease[2])
+    return pairs, hosts

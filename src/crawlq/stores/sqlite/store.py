@@ -1,0 +1,590 @@
+"""The SQLite store: a durable crawl job in one database file.
+
+Two layers live in the one database (see ``file.SCHEMA``):
+
+- the **log** (``ops``, `log`): every ``add`` and ``ack`` appends one
+  row and commits it before returning; it is the single ordered stream of
+  writes;
+- the **tables**: ``requests`` (indexed by ``(host, -priority, seq)``),
+  ``hosts`` (row count, pacing time, a lower-bound hint of the best request),
+  ``seen`` (fingerprints) and ``counters``. Every few thousand logged
+  requests, or a quarter second, a *flush* applies the log to the tables and
+  deletes it, in one transaction.
+
+After a crash, opening flushes whatever the log holds (one flush window at
+most) and then reads only the ``hosts`` rows: O(1) in queued requests. Hosts
+in memory (`hosts`) know where their next requests are; leases
+(`leases`) live in memory only, so ``pop`` and ``release`` write
+nothing; a Bloom filter (`bloom`) keeps most lookups of new URLs off
+the disk. Every SQL statement runs under the job's `Guard`.
+
+Durability: ``synchronous=NORMAL`` (default) survives a process kill, not a
+power loss; ``synchronous="full"`` also fsyncs every commit.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from heapq import heappush
+from pathlib import Path
+from typing import Any, Final, cast
+
+from ..._errors import ConfigError, FrontierClosed, StoreError
+from ..._fingerprint import Fingerprinter
+from ..._policy import Board, Policy, Slot, order_key
+from ..._request import Request, decode_request
+from ..base import Counters, Entry, StoreCounts
+from . import log
+from .bloom import SeenFilter
+from .controls import SqliteControls
+from .file import (
+    Guard,
+    JobLock,
+    check_header,
+    check_settings,
+    connect,
+    job_path,
+    os_error,
+    transaction,
+    translate,
+)
+from .hosts import Host, Key, Row, load_hosts, revive
+from .leases import Leases
+
+__all__ = ["OPTIONS", "SqliteStore", "open_store"]
+
+#: ``synchronous``: "normal" (default; survives a process kill) or "full"
+#: (also survives power loss, one fsync per commit).
+OPTIONS: Final = ("synchronous",)
+
+_FLUSH_ROWS: Final = 4096  # logged requests and acks held before a flush
+_FLUSH_OPS: Final = 4096  # log rows held before a flush
+_FLUSH_AGE: Final = 0.25  # seconds a log row may wait for a flush
+_INBOX_EVERY: Final = 1.0  # seconds between two looks at the inbox (see controls)
+_TOTALS_EVERY: Final = 1.0  # seconds a writing crawler's counters may go unsaved
+
+
+def open_store(
+    url: str, policy: Policy, fingerprinter: Fingerprinter, options: dict[str, Any]
+) -> tuple[SqliteStore, str]:
+    """Open or create the job that ``url`` names; see `job_path` for the forms."""
+    synchronous = str(options.get("synchronous", "normal")).upper()
+    if synchronous not in ("NORMAL", "FULL"):
+        raise ConfigError(f"synchronous must be 'normal' or 'full', not {synchronous.lower()!r}")
+    try:
+        path = job_path(url).absolute()
+        if not path.parent.exists():
+            if url.startswith("sqlite:"):
+                raise ConfigError(f"the directory of job {path} does not exist; create it first")
+            path.parent.mkdir(parents=True)
+        store = SqliteStore(path, policy, fingerprinter, synchronous=synchronous)
+    except OSError as exc:  # a path the user may not read or write
+        raise os_error(url, exc) from None
+    return store, f"sqlite:///{path}"
+
+
+class SqliteStore(SqliteControls):
+    """Requests, fingerprints, pacing and state of one job, in one SQLite file."""
+
+    needs_payload = True
+    durable = True
+    shared = False  # one process per job: the job lock sees to it
+
+    def __init__(
+        self, path: Path, policy: Policy, fingerprinter: Fingerprinter, *, synchronous: str
+    ) -> None:
+        self.path = path
+        self.origin = f"sqlite:///{path}"
+        self._policy = policy
+        # Pacing times outlive the process, so they must be wall-clock times.
+        self._clock = time.time if policy.clock is time.monotonic else policy.clock
+        self._lifo = policy.lifo
+        self._ack_delay = policy.ack_delay
+        self._seen_ttl = policy.seen_ttl
+        self._cap = policy.max_requests_per_host
+        # Acks logged by nothing yet: the log's ack items, and when the first
+        # of them was made. They ride the next write (see `_write_acks`).
+        self._waiting_acks: list[tuple[int, str, float]] = []
+        self._acks_since = 0.0
+        self._closed = True
+        self._guard = Guard(path)
+        check_header(path)  # before the lock: a foreign file gets no lock file
+        self._lock = JobLock(path)
+        self._lock.acquire()
+        try:
+            self._db = connect(path, synchronous=synchronous)
+            try:
+                with translate(path):
+                    check_settings(
+                        self._db,
+                        path,
+                        {"fingerprint": fingerprinter.describe(), "lifo": policy.lifo},
+                        write=True,
+                    )
+                    log.apply(self._db, {}, {})
+                    self._load()
+            except BaseException:
+                self._db.close()
+                raise
+        except BaseException:
+            self._lock.release()
+            raise
+        self._closed = False
+
+    # -- opening --------------------------------------------------------------
+
+    def _load(self) -> None:
+        db = self._db
+        counters = dict(db.execute("SELECT name, value FROM counters").fetchall())
+        self._seen_count: int = counters["seen"]
+        self._next_id: int = counters["next_id"]
+        # Counters kept by this process and saved with its writes (`_totals`;
+        # accepted and acked come from the ids and rows, exactly: `counts`).
+        self._capped: int = counters.get("capped", 0)
+        self._duplicates: int = counters.get("duplicates", 0)
+        self._popped: int = counters.get("popped", 0)
+        self._released: int = counters.get("released", 0)
+        self._expiries: int = counters.get("expired", 0)
+        # With a cap: what each host it looked at ever had accepted (the
+        # table, which the flush at open made current, plus this process's).
+        self._accepted_known: dict[str, int] = {}
+        self._hosts: dict[str, Host] = {}
+        self._board = Board(self._policy, self._forget, self._hosts)
+        self._host_ids: dict[str, int] = {}
+        self._rows = 0
+        self._leases = Leases(self._policy.lease_timeout)
+        # Since the last flush: logged rows not yet in the tables (id -> payload),
+        # acks of rows that are in the tables, fingerprints, and log rows.
+        self._unflushed: dict[int, bytes] = {}
+        self._unflushed_acks: dict[int, tuple[Host, Key]] = {}
+        # Fingerprints logged since the last flush, and when.
+        self._unflushed_seen: dict[bytes, float] = {}
+        self._log_rows = 0
+        self._log_since = 0.0
+        now = self._clock()
+        board = self._board
+        for name, until, pace, delay, concurrency in db.execute(
+            "SELECT name, blocked_until, pace, delay, concurrency FROM controls"
+        ):
+            if delay is not None or concurrency is not None:
+                board.overrides[name] = (delay, concurrency)
+            if until is not None and until > now:
+                board.blocks[name] = (until, pace)
+        for host, host_id in load_hosts(db):
+            self._hosts[host.name] = host
+            self._host_ids[host.name] = host_id
+            self._rows += host.count
+            board.adopt(host)
+            board.place(host, now)
+        self._seen_filter = SeenFilter(self.path, self._seen_count)
+        self._inbox_at = 0.0  # the inbox is read at the first pop
+        # Leases held when the job was last closed or killed came back: they
+        # are re-deliveries. (Pops since a killed process's last flush were
+        # not saved: count them as made, so popped = acked + released + expired.)
+        held = self._popped - self._acked_total() - self._released - self._expiries
+        if held > 0:
+            self._expiries += held
+        else:
+            self._popped -= held
+        self._saved_totals: dict[str, int] = {}
+        self._totals_at = 0.0
+
+    def _acked_total(self) -> int:
+        """Requests acked since the job was created: the accepted ones no longer stored."""
+        return self._next_id - 1 - self._rows
+
+    def _totals(self) -> dict[str, int]:
+        """The counters this process keeps, for the flush to save."""
+        return {
+            "capped": self._capped,
+            "duplicates": self._duplicates,
+            "popped": self._popped,
+            "released": self._released,
+            "expired": self._expiries,
+        }
+
+    def _save_totals(self, now: float) -> None:
+        """Save the counters now if they changed: with a write at least once a second
+        (`_after_write`), so ``crawlq top`` sees pops before the next flush."""
+        self._totals_at = now
+        totals = self._totals()
+        if totals == self._saved_totals:
+            return
+        db = self._db
+        with self._guard, transaction(db):
+            db.executemany(
+                "INSERT OR REPLACE INTO counters (name, value) VALUES (?, ?)", totals.items()
+            )
+        self._saved_totals = totals
+
+    def _forget(self, slot: Slot) -> None:
+        del self._hosts[slot.name]
+
+    # -- the log and the flush --------------------------------------------------
+
+    def _after_write(self, now: float) -> None:
+        if not self._log_rows:
+            self._log_since = now
+        self._log_rows += 1
+        if (
+            self._log_rows >= _FLUSH_OPS
+            or len(self._unflushed) + len(self._unflushed_acks) >= _FLUSH_ROWS
+            or now - self._log_since >= _FLUSH_AGE
+        ):
+            self._flush(now)
+        elif now - self._totals_at >= _TOTALS_EVERY:
+            self._save_totals(now)
+
+    def _flush(self, now: float) -> None:
+        """Apply the log to the tables, then move fresh requests to the index."""
+        pace = self._board.pace if self._board.blocks else None
+        paced = {
+            h.name: at
+            for h in self._hosts.values()
+            if (at := h.ready_at if pace is None else pace(h)) > now
+        }
+        with self._guard:
+            if self._waiting_acks:
+                # The tables must not get back a row whose ack is in memory.
+                log.append(self._db, log.ACK, self._waiting_acks)
+                self._waiting_acks = []
+            totals = self._totals()
+            host_ids = log.apply(self._db, self._host_ids, paced, totals)
+        self._saved_totals, self._totals_at = totals, now
+        self._host_ids.update(host_ids)
+        for host, key in self._unflushed_acks.values():
+            host.hidden.discard(key)
+        for host in self._hosts.values():
+            if host.id is None:
+                host.id = host_ids.get(host.name)
+            if host.fresh:
+                # The fresh requests are in the index now: read them from there.
+                lowest = host.fresh[0]
+                host.rewind((lowest[0], lowest[1]))
+                host.fresh = []
+            # Fresh requests leased before the flush are in the index now too,
+            # possibly after the cursor: the next scan must skip them.
+            host.rewound = bool(host.hidden)
+        self._unflushed.clear()
+        self._unflushed_acks.clear()
+        self._unflushed_seen.clear()
+        self._log_rows = 0
+
+    # -- adding ---------------------------------------------------------------
+
+    def add(
+        self, entries: Sequence[Entry], finished: Sequence[object] = (), *, lifo: bool | None = None
+    ) -> list[bool]:
+        self._check_open()
+        acks = self._current(finished) if finished else []
+        waiting = self._waiting_acks
+        db = self._db
+        bloom = self._seen_filter.now()
+        seen_before = self._seen_before if self._seen_ttl is None else self._seen_live
+        added: list[bool] = []
+        batch_fingerprints: set[bytes] = set()
+        items: list[tuple[int, str, int, int, bytes | None, bytes]] = []
+        # Row ids whose fingerprint was recorded before, its seen_ttl passed.
+        renewed: list[int] = []
+        ttl = self._seen_ttl
+        next_id = self._next_id
+        store_lifo = self._lifo
+        cap = self._cap
+        batch_accepted: dict[str, int] = {}
+        capped = 0
+        at = self._clock()
+        if lifo is None:
+            lifo = store_lifo
+        with self._guard:
+            for fingerprint, host_name, request, payload in entries:
+                if cap is not None and (
+                    self._accepted_total(host_name) + batch_accepted.get(host_name, 0) >= cap
+                ):
+                    if request.dont_filter or not (
+                        fingerprint in batch_fingerprints or seen_before(fingerprint, bloom)
+                    ):
+                        capped += 1  # a duplicate is a duplicate, not capped
+                    added.append(False)
+                    continue
+                stored: bytes | None = None
+                if not request.dont_filter:
+                    stored = fingerprint
+                    if stored in batch_fingerprints or seen_before(stored, bloom):
+                        added.append(False)
+                        continue
+                    batch_fingerprints.add(stored)
+                assert payload is not None
+                row_id = next_id
+                next_id += 1
+                seq = order_key(row_id, lifo, store_lifo)
+                items.append((row_id, host_name, -request.priority, seq, stored, payload))
+                if ttl is not None and stored is not None and self._expired(stored):
+                    renewed.append(row_id)
+                if cap is not None:
+                    batch_accepted[host_name] = batch_accepted.get(host_name, 0) + 1
+                added.append(True)
+            self._capped += capped
+            self._duplicates += len(added) - len(items) - capped
+            if not items and not acks:
+                return added
+            logged: list[Any] = items
+            if renewed:
+                # A 7th item marks a renewed fingerprint: its time, not a new row.
+                again = set(renewed)
+                logged = [(*item, 1) if item[0] in again else item for item in items]
+            if not acks and not waiting:
+                log.append(db, log.ADD, logged, at)
+            else:
+                # Children, then the acks waiting and the parent's, commit
+                # together: an ack is never durable before earlier children.
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    if items:
+                        log.append(db, log.ADD, logged, at)
+                    records = self._leases.ack_records(acks, self._board)
+                    log.append(db, log.ACK, waiting + records)
+                    db.execute("COMMIT")
+                except BaseException:
+                    db.execute("ROLLBACK")
+                    raise
+                self._waiting_acks = []
+            # Logged: now, and only now, change what this process remembers.
+            now = self._clock()
+            self._next_id = next_id
+            self._seen_count += len(batch_fingerprints) - len(renewed)
+            self._unflushed_seen.update(dict.fromkeys(batch_fingerprints, at))
+            self._seen_filter.add(batch_fingerprints, bloom, self._seen_count)
+            known = self._accepted_known
+            for name, count in batch_accepted.items():
+                known[name] += count  # the cap read it: it is there
+            touched: set[Host] = set()
+            for row_id, host_name, negprio, seq, _, payload in items:
+                host = self._hosts.get(host_name)
+                if host is None:
+                    host = self._hosts[host_name] = self._revive(host_name)
+                host.count += 1
+                heappush(host.fresh, (negprio, seq, row_id, payload))
+                self._unflushed[row_id] = payload
+                host.improve((negprio, seq))
+                touched.add(host)
+        for host in touched:
+            self._board.place(host, now)
+        self._rows += len(items)
+        if acks:
+            self._acked(acks, now)
+        self._after_write(now)
+        return added
+
+    def _revive(self, name: str) -> Host:
+        host = revive(self._db, name, self._host_ids.get(name))
+        if host.id is not None:
+            self._host_ids[name] = host.id
+        self._board.adopt(host)
+        return host
+
+    # -- popping --------------------------------------------------------------
+
+    def pop(self) -> Request | None:
+        self._check_open()
+        now = self._clock()
+        if now >= self._inbox_at:
+            self._inbox_at = now + _INBOX_EVERY
+            self._read_inbox()
+        if self._waiting_acks and now - self._acks_since >= self._ack_delay:
+            self._write_acks(now)
+        leases = self._leases
+        if leases.deadlines.items and leases.deadlines.items[0] <= now:
+            for row_id in leases.expired(now):
+                self._requeue(row_id, now, expired=True)
+        board = self._board
+        db = self._db
+        with self._guard:
+            while True:
+                slot = board.take(now)
+                if slot is None:
+                    return None
+                host = cast(Host, slot)
+                found = host.next_row(db)
+                if found is None:
+                    host.head = None
+                    host.exact = True
+                    board.place(host, now)
+                    continue
+                row, from_disk = found
+                key = (row[1], row[2])
+                if key != host.head:
+                    # The stored hint was optimistic: file the host by its true head.
+                    host.head = key
+                    host.exact = True
+                    board.place(host, now)
+                    continue
+                host.take_row(db, key, from_disk)
+                board.popped(host, now)
+                self._popped += 1
+                return self._lease(host, row, now)
+
+    def _lease(self, host: Host, row: Row, now: float) -> Request:
+        request = decode_request(row[3])
+        request._lease = self._leases.take(self, host, row[0], (row[1], row[2]), now)
+        return request
+
+    def _requeue(self, row_id: int, now: float, *, expired: bool = False) -> None:
+        if expired:
+            self._expiries += 1
+        else:
+            self._released += 1
+        key, host = self._leases.end(row_id)
+        host.hidden.discard(key)
+        payload = self._unflushed.get(row_id)
+        if payload is not None:
+            heappush(host.fresh, (key[0], key[1], row_id, payload))
+        else:
+            host.rewind(key)
+        host.improve(key)
+        self._board.place(host, now)
+
+    # -- finishing ------------------------------------------------------------
+
+    def _current(self, leases: Sequence[Any]) -> list[int]:
+        """Row ids of the handles that still name their lease; ended ones are dropped.
+
+        A handle of an earlier opening of this job names a lease that ended
+        when that opening closed.
+        """
+        return self._leases.current([lease for lease in leases if lease[0] is self])
+
+    def ack(self, leases: Sequence[object]) -> None:
+        self._check_open()
+        row_ids = self._current(leases)
+        if not row_ids:
+            return
+        records = self._leases.ack_records(row_ids, self._board)
+        now = self._clock()
+        if self._ack_delay <= 0.0:
+            with self._guard:
+                log.append(self._db, log.ACK, records)
+            self._acked(row_ids, now)
+            self._after_write(now)
+            return
+        # The ack waits for the next write; memory changes now, since a
+        # lost ack only hands the request out again (at-least-once).
+        if not self._waiting_acks:
+            self._acks_since = now
+        self._waiting_acks.extend(records)
+        self._acked(row_ids, now)
+        if now - self._acks_since >= self._ack_delay:
+            self._write_acks(now)
+
+    def _write_acks(self, now: float) -> None:
+        """Log the waiting acks in a commit of their own (their delay is up, or a flush)."""
+        with self._guard:
+            log.append(self._db, log.ACK, self._waiting_acks)
+        self._waiting_acks = []
+        self._after_write(now)
+
+    def _acks_due(self, now: float) -> None:
+        if self._waiting_acks and now - self._acks_since >= self._ack_delay:
+            self._write_acks(now)
+
+    def flush(self) -> None:
+        self._check_open()
+        now = self._clock()
+        if self._waiting_acks:
+            self._write_acks(now)
+        self._save_totals(now)
+
+    def _acked(self, row_ids: list[int], now: float) -> None:
+        """Update memory after the acks of ``row_ids`` were logged."""
+        touched: set[Host] = set()
+        for row_id in row_ids:
+            key, host = self._leases.end(row_id)
+            host.count -= 1
+            if self._unflushed.pop(row_id, None) is not None:
+                host.hidden.discard(key)  # never reached the tables
+            else:
+                self._unflushed_acks[row_id] = (host, key)
+            touched.add(host)
+        self._rows -= len(row_ids)
+        for host in touched:
+            self._board.place(host, now)
+        self._leases.trim()
+
+    def release(self, leases: Sequence[object]) -> None:
+        self._check_open()
+        now = self._clock()
+        self._acks_due(now)
+        for row_id in self._current(leases):
+            self._requeue(row_id, now)
+        self._leases.trim()
+
+    # -- reading --------------------------------------------------------------
+
+    def counts(self) -> StoreCounts:
+        self._check_open()
+        leased = len(self._leases)
+        counters = Counters(
+            accepted=self._next_id - 1,
+            duplicates=self._duplicates,
+            capped=self._capped,
+            popped=self._popped,
+            acked=self._acked_total(),
+            released=self._released,
+            expired=self._expiries,
+        )
+        return StoreCounts(self._rows - leased, leased, self._seen_count, counters)
+
+    def next_ready_in(self) -> float | None:
+        self._check_open()
+        now = self._clock()
+        if now >= self._inbox_at:
+            self._inbox_at = now + _INBOX_EVERY
+            self._read_inbox()
+        self._acks_due(now)
+        if not self._rows:
+            return None
+        soonest = self._board.next_ready_in(now)
+        expiry = self._leases.deadlines.next_in(now)
+        if expiry is not None:
+            soonest = expiry if soonest is None else min(soonest, expiry)
+        return soonest
+
+    def extra_stats(self) -> dict[str, float]:
+        return self._seen_filter.stats()
+
+    def load_state(self) -> dict[str, Any]:
+        self._check_open()
+        with self._guard:
+            rows = self._db.execute("SELECT key, value FROM state").fetchall()
+        return {key: log.decode(value) for key, value in rows}
+
+    def save_state(self, state: Mapping[str, Any]) -> None:
+        self._check_open()
+        encoded = [(key, log.encode(value)) for key, value in state.items()]
+        db = self._db
+        with self._guard, transaction(db):
+            db.execute("DELETE FROM state")
+            db.executemany("INSERT INTO state (key, value) VALUES (?, ?)", encoded)
+
+    # -- closing --------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise FrontierClosed(f"job {self.path} is closed")
+
+    def close(self) -> None:
+        """Flush the log, save pacing times, close the database, release the lock."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if not self._guard.damaged:
+                self._flush(self._clock())
+                with self._guard:
+                    self._db.execute("PRAGMA optimize")
+        except StoreError:
+            pass  # the log is durable: the next open applies it
+        finally:
+            self._seen_filter.join(timeout=5)
+            self._db.close()
+            self._lock.release()
