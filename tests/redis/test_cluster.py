@@ -296,7 +296,7 @@ def test_a_lost_reply_is_not_run_twice_on_a_shard(
     assert lost
     monkeypatch.undo()
 
-    real_read = _redis_conn._read
+    real_read = _redis_conn.read_replies
     dropped: list[object] = []
 
     def read_then_lose(conn: object, replies: int) -> list[object]:
@@ -306,7 +306,7 @@ def test_a_lost_reply_is_not_run_twice_on_a_shard(
             raise redis.TimeoutError("timeout reading (test)")
         return got
 
-    monkeypatch.setattr(_redis_conn, "_read", read_then_lose)
+    monkeypatch.setattr(_redis_conn, "read_replies", read_then_lose)
     spread = [Request(f"https://spread{i}.example/") for i in range(40)]
     assert frontier.add_many(spread + spread[:3]) == [True] * 40 + [False] * 3
     assert dropped

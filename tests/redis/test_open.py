@@ -7,7 +7,7 @@ import socket
 import pytest
 
 import crawlq
-from crawlq.stores.redis import conn as _redis_conn
+from crawlq.stores.redis import client as _redis_client
 from crawlq.stores.redis import open as redis_open
 from crawlq.stores.redis import store as redis_store
 from tests.redis_server import StartServer
@@ -107,7 +107,7 @@ def test_one_client_per_url(redis_url: str) -> None:
     url_a, url_b = redis_url + "?crawl=share", redis_url + "?crawl=share&client_name=b"
     first, second = crawlq.open_frontier(url_a), crawlq.open_frontier(url_a)
     other = crawlq.open_frontier(url_b)
-    clients = _redis_conn._clients
+    clients = _redis_client._clients
     assert clients[url_a][1] == 2 and clients[url_b][1] == 1
     assert first._store._link.client is second._store._link.client  # type: ignore[attr-defined]
     assert other._store._link.client is not first._store._link.client  # type: ignore[attr-defined]

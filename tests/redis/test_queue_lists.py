@@ -151,7 +151,7 @@ def test_an_interrupted_upgrade_is_finished_by_the_next_open(redis_url: str) -> 
     _to_format_5(client, prefix)
     # What an opener that was killed after one call of upgrade_queues left.
     client.hset(prefix + "meta", mapping={"format": "6", "upgrade": "0"})
-    from crawlq.stores.redis.conn import library
+    from crawlq.stores.redis.library import library
 
     function = library().function["upgrade"]
     client.fcall(function.decode(), 1, prefix, 50)

@@ -9,7 +9,8 @@ import pytest
 import redis
 from redis._parsers import _HiredisParser, _RESP2Parser
 
-from crawlq.stores.redis.conn import _round_trip, pack
+from crawlq.stores.redis.wire import pack
+from crawlq.stores.redis.wire import round_trip as _round_trip
 
 PARSERS = {"hiredis": _HiredisParser, "python": _RESP2Parser}
 

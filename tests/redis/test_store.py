@@ -115,7 +115,7 @@ def _lose_next_reply(
     """
     from crawlq.stores.redis import conn as _redis_conn
 
-    real_round_trip = _redis_conn._round_trip
+    real_round_trip = _redis_conn.round_trip
     lost: list[object] = []
 
     def send_then_lose(conn: object, packed: bytes) -> object:
@@ -125,7 +125,7 @@ def _lose_next_reply(
             raise error
         return reply
 
-    monkeypatch.setattr(_redis_conn, "_round_trip", send_then_lose)
+    monkeypatch.setattr(_redis_conn, "round_trip", send_then_lose)
     return lost
 
 
@@ -491,7 +491,7 @@ def _outage_after_next_reply(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
 
     from crawlq.stores.redis import conn as _redis_conn
 
-    real_round_trip = _redis_conn._round_trip
+    real_round_trip = _redis_conn.round_trip
     down: list[bool] = []
     lost: list[bool] = []
 
@@ -505,7 +505,7 @@ def _outage_after_next_reply(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
             raise redis.ConnectionError("connection reset by peer (test)")
         return reply
 
-    monkeypatch.setattr(_redis_conn, "_round_trip", run_then_fail)
+    monkeypatch.setattr(_redis_conn, "round_trip", run_then_fail)
     return down
 
 

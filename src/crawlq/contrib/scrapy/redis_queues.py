@@ -50,8 +50,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final, Self
 from urllib.parse import parse_qsl, urlsplit
 
 from ..._errors import CrawlqError, StoreError, StoreUnavailable
+from ...stores.redis.client import MIN_SERVER, acquire_client, release_client
 from ...stores.redis.config import RedisURL, parse_url
-from ...stores.redis.conn import MIN_SERVER, Link, acquire_client, release_client, server_version
+from ...stores.redis.conn import Link, server_version
 from .codec import RequestCodec
 from .queues import _ActiveFile
 

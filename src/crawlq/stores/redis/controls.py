@@ -16,9 +16,10 @@ from ..._errors import ConfigError
 from ..._request import Request
 from ..base import HostList
 from .config import RedisURL
-from .conn import Link, pack
+from .conn import Link
 from .inspection import host_counts, host_policy
 from .open import Dedup
+from .wire import pack
 
 __all__ = ["RedisControls"]
 

@@ -18,8 +18,10 @@ from typing import Any, Final
 
 from ..._errors import StoreError
 from ..base import Counters, HostCount, HostList, host_details
+from .client import acquire_client, redis_module, release_client
 from .config import RedisURL, parse_url
-from .conn import Link, acquire_client, pack, redis_module, release_client
+from .conn import Link
+from .wire import pack
 
 __all__ = [
     "Inspection",

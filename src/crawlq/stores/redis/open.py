@@ -13,8 +13,9 @@ from typing import Final, NamedTuple
 
 from ..._errors import ConfigError, IncompatibleStore, StoreError
 from ..._policy import Policy
+from .client import MIN_SERVER
 from .config import RedisURL, Settings, bloom_shape
-from .conn import MIN_SERVER, Link, server_version
+from .conn import Link, server_version
 from .memory import evicting, eviction_refused, memory_fields
 
 __all__ = ["FORMAT", "Dedup", "check_server", "open_crawl"]

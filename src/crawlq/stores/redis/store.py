@@ -55,8 +55,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import secrets
-import socket
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
@@ -66,17 +64,18 @@ from typing import Any, Final
 
 from ..._errors import StoreError
 from ..._fingerprint import Fingerprinter
-from ..._lease import Lease, new_lease
 from ..._policy import Policy
-from ..._request import Request, decode_request, encode_request
+from ..._request import Request
 from ..base import Entry, StoreCounts
+from .calls import EVICTION_CHECK, FunctionCalls, Pending, lease_pairs
+from .client import acquire_client, redis_module, release_client
 from .config import RedisURL, Settings, parse_url
-from .conn import Link, acquire_client, pack, pack_args, pack_entries, redis_module, release_client
+from .conn import Link
 from .controls import RedisControls
 from .inspection import Inspection, inspect, purge, server_counters
-from .memory import check_evictions
 from .open import Dedup, check_server, open_crawl
 from .state import bloom_stats, load_state, save_state
+from .wire import pack, pack_args, pack_entries
 
 __all__ = [
     "OPTIONS",
@@ -97,23 +96,12 @@ OPTIONS: Final = (
 )
 
 _FINISH_CHUNK: Final = 1000
-_FAST_DRAIN: Final = 0.2  # seconds: a batch drained sooner lets the next one grow
 _ACCEPTED_EVERY: Final = 1.0  # seconds a worker may hold its per-host accepted counts
 _HOST: Final = itemgetter(1)  # an Entry's host
-#: Seconds between two looks at the server's ``evicted_keys``.
-_EVICTION_CHECK: Final = 5.0
 
 log = logging.getLogger("crawlq.redis")
 
-#: A call packed (and maybe sent) by `RedisStore._call_start`: its packed
-#: command, how to pack its retry, what it does, its key prefix (None: the
-#: store's own), whether prefetched requests were held, and whether it was
-#: sent (None: not tried, `Link.call` sends it).
-_Pending = tuple[bytes, Callable[[], bytes], str, "bytes | None", bool, "bool | None"]
-#: An add begun by `RedisStore.add_start`: its call, its entries, whether it
-#: carried the acks waiting, the finished leases for later calls, the hosts
-#: of those leases, and whether it was numbered for a cluster.
-_PendingAdd = tuple[_Pending, Sequence[Entry], bool, list[bytes], set[bytes], bool]
+_PendingAdd = tuple[Pending, Sequence[Entry], bool, list[bytes], set[bytes], bool]
 
 
 def open_store(
@@ -141,7 +129,7 @@ def open_store(
     return store, location.display
 
 
-class RedisStore(RedisControls):
+class RedisStore(FunctionCalls, RedisControls):
     """A frontier kept in Redis and shared by every process that opens its URL.
 
     Use `crawlq.open_frontier` with a ``redis://`` URL. See the module
@@ -223,21 +211,13 @@ class RedisStore(RedisControls):
         self.id_mark = 0
         self._allow_eviction = settings.allow_eviction
         self._evicted = 0
-        self._eviction_check_at = time.monotonic() + _EVICTION_CHECK
+        self._eviction_check_at = time.monotonic() + EVICTION_CHECK
         self._new_owner()
         try:
             self._open(policy, fingerprinter, settings)
         except BaseException:
             self._link.close()
             raise
-
-    def _new_owner(self) -> None:
-        host = "".join(c for c in socket.gethostname() if c.isalnum() or c in ".-")[:40]
-        self._owner = f"{host or 'host'}/{os.getpid()}/{secrets.token_hex(3)}".encode()
-        self._pid = os.getpid()
-        self._lost = None  # a forked copy never made its parent's calls
-        # Packed heads of each function's calls (they hold the owner).
-        self._heads: dict[bytes, bytes] = {}
 
     # -- opening --------------------------------------------------------------
 
@@ -250,162 +230,6 @@ class RedisStore(RedisControls):
             ttl = self._seen_ttl
             self._add_tail[1] = b"0" if ttl is None else b"%d" % max(1, round(ttl * 1000))
         self._self_check(fingerprinter)
-
-    def _self_check(self, fingerprinter: Fingerprinter) -> None:
-        """Push a probe through add, pop and ack in scratch keys; compare fingerprints."""
-        tag = secrets.token_hex(6)
-        prefix = self._prefix + b"probe:" + tag.encode() + b":"
-        probe = Request(f"https://self-check.invalid/{tag}", meta={"probe": tag}, priority=7)
-        fingerprint, host = fingerprinter.fingerprint_and_host(probe)
-        entry = (fingerprint, host, probe, encode_request(probe))
-        doing = "running the self-check"
-        try:
-            extra = [*pack_entries([entry], 0, 0, self._lifo), b"0", b"", b"0"]
-            added = self._call(b"probe", 0, False, extra, doing, prefix)
-            popped = self._call(b"pop", 1, True, [], doing, prefix)
-            items = popped[2:]
-            back = decode_request(items[3]) if len(items) == 4 else None
-            if back is not None:
-                ack = [b"a", b"1", items[0], items[1]]
-                self._call(b"ack_or_release", 0, False, ack, doing, prefix)
-        finally:
-            keys = [b"meta", b"seen", b"hosts", b"ready", b"delayed", b"leases", b"lease", b"p"]
-            keys.append(b"accepted")
-            self._link.command(b"DEL", *(prefix + key for key in keys), doing=doing)
-        if added[0] != b"1" or back is None or fingerprinter.fingerprint(back) != fingerprint:
-            raise StoreError(
-                f"self-check failed at {self._location.display}: a probe request pushed to "
-                f"Redis came back as {back!r}; the server does not run crawlq's functions "
-                "faithfully"
-            )
-
-    # -- the one way to call a changing function -------------------------------
-
-    def _call(
-        self,
-        function: bytes,
-        refill: int,
-        force: bool,
-        extra: Sequence[bytes],
-        doing: str,
-        prefix: bytes | None = None,
-    ) -> list[Any]:
-        return self._call_end(self._call_start(function, refill, force, extra, doing, prefix))
-
-    def _call_start(
-        self,
-        function: bytes,
-        refill: int,
-        force: bool,
-        extra: Sequence[bytes],
-        doing: str,
-        prefix: bytes | None = None,
-        send: bool = False,
-    ) -> _Pending:
-        """Pack a call (and with ``send``, send it now); `_call_end` gets its reply."""
-        if os.getpid() != self._pid:
-            # A forked copy: the parent owns the prefetched leases.
-            self._new_owner()
-            self._buffer.clear()
-        # The self-check runs in scratch keys and leaves this store's own
-        # prefetched requests alone.
-        buffer = self._buffer if prefix is None else deque()
-        if not self._allow_eviction and time.monotonic() >= self._eviction_check_at:
-            self._evicted = check_evictions(self._link, self._location.display, self._evicted)
-            self._eviction_check_at = time.monotonic() + _EVICTION_CHECK
-        self._calls += 1
-        if prefix is None:
-            head = self._heads.get(function)
-            if head is None:
-                head = self._heads[function] = pack_args(
-                    [b"FCALL", self._functions[function], b"1", self._prefix, self._owner]
-                )
-        else:
-            head = pack_args([b"FCALL", self._functions[function], b"1", prefix, self._owner])
-        args = [
-            b"%d" % refill,
-            b"%d" % -buffer[-1][0].priority if buffer else b"",
-            b"1" if force or self._suspect else b"0",
-            b"%d" % len(buffer),
-        ]
-        for request, _ in buffer:
-            lease = request._lease
-            args.append(lease[0])  # type: ignore[index]
-            args.append(lease[1])  # type: ignore[index]
-        args.extend(extra)
-        # FCALL, function, 1, prefix, owner, call number, 3 policy arguments.
-        start = b"*%d\r\n%b" % (9 + len(args), head)
-        rest = self._policy_packed + pack_args(args)
-
-        number = b"%d" % self._calls
-        if self._lost is not None and prefix is None:
-            # Calls from _lost on went unanswered: the function gives back
-            # what they leased (see give_back_lost in lib.lua).
-            number += b"g%d" % self._lost
-
-        def retried() -> bytes:
-            # The function then checks whether its first run completed.
-            return start + pack_args([b"r" + number]) + rest
-
-        packed = start + pack_args([number]) + rest
-        sent = self._link.send(packed) if send else None
-        return packed, retried, doing, prefix, bool(buffer), sent
-
-    def _call_end(self, pending: _Pending) -> list[Any]:
-        """The reply of a call `_call_start` packed (or sent), its leases taken."""
-        packed, retried, doing, prefix, buffered, sent = pending
-        try:
-            reply: list[Any]
-            if sent is None:
-                reply = self._link.call(packed, doing, retried=retried)
-            else:
-                reply = self._link.receive(packed, doing, sent=sent, retried=retried)
-        except StoreError:
-            if prefix is None:
-                if buffered:
-                    self._suspect = True
-                if self._lost is None:
-                    self._lost = self._calls
-            raise
-        if prefix is None:
-            self._suspect = False
-            self._lost = None
-            if reply[1] or len(reply) > 2:
-                self._take(reply)
-        return reply
-
-    def _refill(self, finishing: bool) -> int:
-        """How many prefetched requests a changing call should leave this store holding.
-
-        What the caller said with `expect_pops` (at least those held now),
-        said for this call only; else those held now, or one for a caller
-        that keeps popping when the call ends leases (``finishing``).
-        """
-        demand, self._demand = self._demand, None
-        held = len(self._buffer)
-        if demand is not None:
-            return max(held, demand)
-        return held or int(self._popping and finishing)
-
-    def _take(self, reply: list[Any]) -> None:
-        """Take the requests a function just leased, as prefetched ones.
-
-        They replace those held if the function gave them back
-        (``reply[1]``), else they follow them.
-        """
-        buffer = self._buffer
-        if reply[1] or not buffer:
-            buffer = self._buffer = deque()
-            # The staleness of a batch counts from its oldest lease.
-            self._fetched_at = time.monotonic()
-        items = iter(reply[2:])
-        for id_, token, host, payload in zip(items, items, items, items, strict=True):
-            request = decode_request(payload)
-            request._lease = new_lease(Lease, (id_, token, host, self.origin))
-            buffer.append((request, host))
-
-    def _stale(self) -> bool:
-        return self._suspect or time.monotonic() - self._fetched_at > self._lease_timeout / 2
 
     # -- the store protocol ----------------------------------------------------
 
@@ -435,7 +259,7 @@ class RedisStore(RedisControls):
             lifo = self._lifo
         extra = pack_entries(entries, self._bloom_bits, self._bloom_hashes, lifo)
         extra += self._add_tail
-        pairs, hosts = _lease_pairs(finished)
+        pairs, hosts = lease_pairs(finished)
         waiting = self._waiting
         if waiting:
             pairs = waiting + pairs
@@ -527,35 +351,8 @@ class RedisStore(RedisControls):
         self._popping = True
         return self._buffer.popleft()[0]
 
-    def _fetch(self) -> deque[tuple[Request, bytes]]:
-        """Lease a new batch (acks waiting go first, in the same call); return it."""
-        # Grow the batch while the caller drains full batches quickly; shrink
-        # it when they sit (prefetched requests hold their hosts' slots).
-        now = time.monotonic()
-        if self._fetched_full:
-            if now - self._fetched_at < _FAST_DRAIN:
-                self._want = min(self._want * 2, self._prefetch)
-            else:
-                self._want = max(1, self._want // 2)
-        want = self._want
-        if self._demand is not None:
-            # The caller pops this many now and no more before its next call.
-            want, self._demand = max(1, self._demand), None
-        waiting = self._waiting
-        if waiting:
-            # The acks waiting end their leases first, then the refill is
-            # leased, in one call: the lease counts it sees are current.
-            extra = [b"a", b"%d" % (len(waiting) // 2), *waiting]
-            self._call(b"ack_or_release", want, True, extra, "popping")
-            self._waiting, self._waiting_hosts = [], set()
-        else:
-            self._call(b"pop", want, True, [], "popping")
-        buffer = self._buffer
-        self._fetched_full = len(buffer) == want
-        return buffer
-
     def _finish(self, mode: bytes, leases: Sequence[object], doing: str) -> None:
-        pairs, hosts = _lease_pairs(leases)
+        pairs, hosts = lease_pairs(leases)
         self._finish_pairs(mode, pairs, hosts, doing)
 
     def _finish_pairs(self, mode: bytes, pairs: list[bytes], hosts: set[bytes], doing: str) -> None:
@@ -573,7 +370,7 @@ class RedisStore(RedisControls):
         if self._ack_delay <= 0.0:
             self._finish(b"a", leases, "acking")
             return
-        pairs, hosts = _lease_pairs(leases)
+        pairs, hosts = lease_pairs(leases)
         waiting = self._waiting
         now = time.monotonic()
         if not waiting:
@@ -675,14 +472,3 @@ class RedisStore(RedisControls):
 
     def __repr__(self) -> str:
         return f"<RedisStore {self._location.display}>"
-
-
-def _lease_pairs(leases: Sequence[Any]) -> tuple[list[bytes], set[bytes]]:
-    """(id, token) pairs of this store's leases ``(id, token, host, origin)``, and their hosts."""
-    pairs: list[bytes] = []
-    hosts = set()
-    for lease in leases:
-        pairs.append(lease[0])
-        pairs.append(lease[1])
-        hosts.add(lease[2])
-    return pairs, hosts

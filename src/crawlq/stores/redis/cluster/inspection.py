@@ -16,8 +16,9 @@ from typing import Final
 
 from ...._errors import ConfigError, StoreError
 from ...base import Counters, HostList, merge_hosts
+from ..client import redis_module
 from ..config import RedisURL, parse_url
-from ..conn import Link, redis_module
+from ..conn import Link
 from ..inspection import (
     Inspection,
     ShardSummary,

@@ -18,8 +18,9 @@ import zlib
 from typing import TYPE_CHECKING, Any, Final
 
 from ...._errors import StoreError, StoreUnavailable
+from ..client import MIN_SERVER, redis_module, translate
 from ..config import RedisURL
-from ..conn import MIN_SERVER, Link, redis_module, server_version, translate
+from ..conn import Link, server_version
 
 if TYPE_CHECKING:
     import redis

@@ -56,8 +56,9 @@ from ...._fingerprint import Fingerprinter
 from ...._policy import Policy
 from ...._request import Request
 from ...base import Counters, Entry, HostList, StoreCounts, merge_hosts
+from ..client import redis_module
 from ..config import RedisURL, Settings, parse_url
-from ..conn import Link, redis_module
+from ..conn import Link
 from ..store import OPTIONS as _REDIS_OPTIONS
 from ..store import RedisStore
 from .shards import ClusterClient, record_tags, shard_of, shard_tags

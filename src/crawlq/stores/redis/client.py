@@ -1,0 +1,148 @@
+"""redis-py for the Redis store: the extra, one client per URL, errors translated.
+
+`acquire_client` keeps one redis-py client per distinct URL (as parsed by
+``config``), shared by every store opened on it; `translate` turns every
+redis-py exception into a crawlq error naming the fix, and `is_transient`
+says which ones a retry may get past. ``redis`` is imported lazily, so
+``import crawlq`` works without the extra.
+"""
+
+from __future__ import annotations
+
+import threading
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Final
+
+from ..._errors import IncompatibleStore, StoreError, StoreFull, StoreUnavailable, import_extra
+from .config import RedisURL
+
+if TYPE_CHECKING:
+    import redis
+
+__all__ = [
+    "INSTALL_HINT",
+    "MIN_SERVER",
+    "acquire_client",
+    "is_transient",
+    "redis_module",
+    "release_client",
+    "translate",
+]
+
+INSTALL_HINT: Final = "the Redis store needs redis-py: pip install 'crawlq[redis]'"
+#: Oldest server crawlq's Lua runs on: Redis Functions came with 7.0.
+MIN_SERVER: Final = (7, 0)
+# MOVED and ASK come from a Redis Cluster whose slots moved (a failover, a
+# reshard): a link that can reroute (`Link.reroute`) retries on the new owner.
+_TRANSIENT_REPLIES: Final = (
+    "LOADING",
+    "BUSY",
+    "TRYAGAIN",
+    "MASTERDOWN",
+    "READONLY",
+    "CLUSTERDOWN",
+    "MOVED",
+    "ASK",
+)
+
+
+def redis_module() -> ModuleType:
+    """Import redis-py, or raise `ConfigError` naming the extra to install."""
+    return import_extra("redis", INSTALL_HINT)
+
+
+# -- one client per URL ------------------------------------------------------------
+
+_clients: dict[str, tuple[Any, int]] = {}
+_clients_lock = threading.Lock()
+
+
+def acquire_client(location: RedisURL) -> redis.Redis:
+    """Return the client for this exact URL, creating it on first use.
+
+    Clients are shared per URL string, so frontiers of one spider reuse one
+    connection pool while spiders with other settings never share the wrong
+    one. Pair each call with `release_client`.
+    """
+    redis = redis_module()
+    with _clients_lock:
+        client, users = _clients.get(location.raw, (None, 0))
+        if client is None:
+            from redis.backoff import NoBackoff
+            from redis.retry import Retry
+
+            # Retries are ours (Link.call): redis-py's would hide how long we waited.
+            client = redis.Redis(**location.kwargs, retry=Retry(NoBackoff(), 0))
+        _clients[location.raw] = (client, users + 1)
+        return client  # type: ignore[no-any-return]
+
+
+def release_client(location: RedisURL) -> None:
+    """Drop one use of a client; the last user closes its connections."""
+    with _clients_lock:
+        client, users = _clients.get(location.raw, (None, 0))
+        if client is None:
+            return
+        if users > 1:
+            _clients[location.raw] = (client, users - 1)
+            return
+        del _clients[location.raw]
+    client.close()
+
+
+# -- errors ------------------------------------------------------------------------
+
+
+def translate(exc: BaseException, location: RedisURL, doing: str) -> StoreError:
+    """Turn a redis-py exception into a crawlq error naming the fix."""
+    redis = redis_module()
+    errors = redis.exceptions
+    where = location.display
+    text = location.scrub(str(exc)) or type(exc).__name__
+    upper = text.upper()
+    if isinstance(exc, errors.AuthenticationError) or "WRONGPASS" in upper or "NOAUTH" in upper:
+        return StoreError(
+            f"Redis at {where} refused the credentials while {doing} ({text}); fix the user "
+            "and password in the frontier URL: redis://USER:PASSWORD@host:port/db"
+        )
+    if "DB INDEX IS OUT OF RANGE" in upper:
+        return StoreError(
+            f"Redis at {where} has no database {location.db} ({text}); use a database number "
+            "below the server's `databases` setting (16 by default) in the frontier URL"
+        )
+    if isinstance(exc, errors.NoPermissionError) or "NOPERM" in upper:
+        return StoreError(
+            f"the Redis user of {where} may not do what crawlq needs while {doing} ({text}); "
+            "grant it scripting and read/write on the crawlq:* keys, e.g. "
+            "ACL SETUSER <user> ~crawlq:* +@read +@write +@scripting +info +time"
+        )
+    if isinstance(exc, errors.OutOfMemoryError):
+        return StoreFull(
+            f"Redis at {where} is out of memory (used memory over maxmemory) and refused {doing}: "
+            f"this call stored nothing; everything accepted before it is kept ({text}). "
+            "Popping, acking and releasing still work and free memory; raise maxmemory, "
+            "or use Bloom dedup (bloom_capacity=...) to shrink the seen set"
+        )
+    if isinstance(exc, errors.ConnectionError | errors.TimeoutError):
+        return StoreUnavailable(
+            f"cannot reach Redis at {where} while {doing} ({text}); check that the server is "
+            "running and that the host, port and TLS setting of the frontier URL are right"
+        )
+    if "WRONGTYPE" in upper:
+        return IncompatibleStore(
+            f"a key under {location.prefix}* on {where} holds data that is not crawlq's "
+            f"({text}); use another crawl name (?crawl=NAME) or purge this one"
+        )
+    return StoreError(f"Redis at {where} failed while {doing}: {text}")
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for failures that retrying the same call may get past."""
+    errors = redis_module().exceptions
+    if isinstance(exc, errors.AuthenticationError | errors.AuthorizationError):
+        return False
+    if isinstance(exc, errors.ConnectionError | errors.TimeoutError):
+        return True
+    if isinstance(exc, errors.ResponseError):
+        return str(exc).upper().startswith(_TRANSIENT_REPLIES)
+    return False
