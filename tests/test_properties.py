@@ -27,7 +27,7 @@ from hypothesis.stateful import (
 )
 
 import crawlq
-import crawlq.stores.sqlite.store as sqlite_store
+import crawlq.stores.sqlite.tables as sqlite_tables
 from crawlq import Request
 
 
@@ -246,14 +246,14 @@ class SqliteFrontierMachine(FrontierMachine):
 
     def open_frontier(self, **options: Any) -> crawlq.Frontier:
         self.directory = tempfile.mkdtemp(prefix="crawlq-model-")
-        self.saved_flush_ops = sqlite_store._FLUSH_OPS
-        sqlite_store._FLUSH_OPS = 3  # type: ignore[misc]
+        self.saved_flush_ops = sqlite_tables.FLUSH_OPS
+        sqlite_tables.FLUSH_OPS = 3  # type: ignore[misc]
         return crawlq.open_frontier(self.directory, **options)
 
     def teardown(self) -> None:
         super().teardown()
         if hasattr(self, "directory"):
-            sqlite_store._FLUSH_OPS = self.saved_flush_ops  # type: ignore[misc]
+            sqlite_tables.FLUSH_OPS = self.saved_flush_ops  # type: ignore[misc]
             shutil.rmtree(self.directory, ignore_errors=True)
 
     @precondition(lambda self: hasattr(self, "frontier"))

@@ -32,11 +32,10 @@ from typing import Any, Final, cast
 
 from ..._errors import ConfigError, FrontierClosed, StoreError
 from ..._fingerprint import Fingerprinter
-from ..._policy import Board, Policy, Slot, order_key
+from ..._policy import Policy, Slot, order_key
 from ..._request import Request, decode_request
 from ..base import Counters, Entry, StoreCounts
 from . import log
-from .bloom import SeenFilter
 from .controls import SqliteControls
 from .file import (
     Guard,
@@ -49,8 +48,8 @@ from .file import (
     transaction,
     translate,
 )
-from .hosts import Host, Key, Row, load_hosts, revive
-from .leases import Leases
+from .hosts import Host, Row, revive
+from .tables import JobTables
 
 __all__ = ["OPTIONS", "SqliteStore", "open_store"]
 
@@ -58,11 +57,8 @@ __all__ = ["OPTIONS", "SqliteStore", "open_store"]
 #: (also survives power loss, one fsync per commit).
 OPTIONS: Final = ("synchronous",)
 
-_FLUSH_ROWS: Final = 4096  # logged requests and acks held before a flush
-_FLUSH_OPS: Final = 4096  # log rows held before a flush
-_FLUSH_AGE: Final = 0.25  # seconds a log row may wait for a flush
 _INBOX_EVERY: Final = 1.0  # seconds between two looks at the inbox (see controls)
-_TOTALS_EVERY: Final = 1.0  # seconds a writing crawler's counters may go unsaved
+
 
 
 def open_store(
@@ -84,7 +80,7 @@ def open_store(
     return store, f"sqlite:///{path}"
 
 
-class SqliteStore(SqliteControls):
+class SqliteStore(JobTables, SqliteControls):
     """Requests, fingerprints, pacing and state of one job, in one SQLite file."""
 
     needs_payload = True
@@ -134,142 +130,8 @@ class SqliteStore(SqliteControls):
 
     # -- opening --------------------------------------------------------------
 
-    def _load(self) -> None:
-        db = self._db
-        counters = dict(db.execute("SELECT name, value FROM counters").fetchall())
-        self._seen_count: int = counters["seen"]
-        self._next_id: int = counters["next_id"]
-        # Counters kept by this process and saved with its writes (`_totals`;
-        # accepted and acked come from the ids and rows, exactly: `counts`).
-        self._capped: int = counters.get("capped", 0)
-        self._duplicates: int = counters.get("duplicates", 0)
-        self._popped: int = counters.get("popped", 0)
-        self._released: int = counters.get("released", 0)
-        self._expiries: int = counters.get("expired", 0)
-        # With a cap: what each host it looked at ever had accepted (the
-        # table, which the flush at open made current, plus this process's).
-        self._accepted_known: dict[str, int] = {}
-        self._hosts: dict[str, Host] = {}
-        self._board = Board(self._policy, self._forget, self._hosts)
-        self._host_ids: dict[str, int] = {}
-        self._rows = 0
-        self._leases = Leases(self._policy.lease_timeout)
-        # Since the last flush: logged rows not yet in the tables (id -> payload),
-        # acks of rows that are in the tables, fingerprints, and log rows.
-        self._unflushed: dict[int, bytes] = {}
-        self._unflushed_acks: dict[int, tuple[Host, Key]] = {}
-        # Fingerprints logged since the last flush, and when.
-        self._unflushed_seen: dict[bytes, float] = {}
-        self._log_rows = 0
-        self._log_since = 0.0
-        now = self._clock()
-        board = self._board
-        for name, until, pace, delay, concurrency in db.execute(
-            "SELECT name, blocked_until, pace, delay, concurrency FROM controls"
-        ):
-            if delay is not None or concurrency is not None:
-                board.overrides[name] = (delay, concurrency)
-            if until is not None and until > now:
-                board.blocks[name] = (until, pace)
-        for host, host_id in load_hosts(db):
-            self._hosts[host.name] = host
-            self._host_ids[host.name] = host_id
-            self._rows += host.count
-            board.adopt(host)
-            board.place(host, now)
-        self._seen_filter = SeenFilter(self.path, self._seen_count)
-        self._inbox_at = 0.0  # the inbox is read at the first pop
-        # Leases held when the job was last closed or killed came back: they
-        # are re-deliveries. (Pops since a killed process's last flush were
-        # not saved: count them as made, so popped = acked + released + expired.)
-        held = self._popped - self._acked_total() - self._released - self._expiries
-        if held > 0:
-            self._expiries += held
-        else:
-            self._popped -= held
-        self._saved_totals: dict[str, int] = {}
-        self._totals_at = 0.0
-
-    def _acked_total(self) -> int:
-        """Requests acked since the job was created: the accepted ones no longer stored."""
-        return self._next_id - 1 - self._rows
-
-    def _totals(self) -> dict[str, int]:
-        """The counters this process keeps, for the flush to save."""
-        return {
-            "capped": self._capped,
-            "duplicates": self._duplicates,
-            "popped": self._popped,
-            "released": self._released,
-            "expired": self._expiries,
-        }
-
-    def _save_totals(self, now: float) -> None:
-        """Save the counters now if they changed: with a write at least once a second
-        (`_after_write`), so ``crawlq top`` sees pops before the next flush."""
-        self._totals_at = now
-        totals = self._totals()
-        if totals == self._saved_totals:
-            return
-        db = self._db
-        with self._guard, transaction(db):
-            db.executemany(
-                "INSERT OR REPLACE INTO counters (name, value) VALUES (?, ?)", totals.items()
-            )
-        self._saved_totals = totals
-
     def _forget(self, slot: Slot) -> None:
         del self._hosts[slot.name]
-
-    # -- the log and the flush --------------------------------------------------
-
-    def _after_write(self, now: float) -> None:
-        if not self._log_rows:
-            self._log_since = now
-        self._log_rows += 1
-        if (
-            self._log_rows >= _FLUSH_OPS
-            or len(self._unflushed) + len(self._unflushed_acks) >= _FLUSH_ROWS
-            or now - self._log_since >= _FLUSH_AGE
-        ):
-            self._flush(now)
-        elif now - self._totals_at >= _TOTALS_EVERY:
-            self._save_totals(now)
-
-    def _flush(self, now: float) -> None:
-        """Apply the log to the tables, then move fresh requests to the index."""
-        pace = self._board.pace if self._board.blocks else None
-        paced = {
-            h.name: at
-            for h in self._hosts.values()
-            if (at := h.ready_at if pace is None else pace(h)) > now
-        }
-        with self._guard:
-            if self._waiting_acks:
-                # The tables must not get back a row whose ack is in memory.
-                log.append(self._db, log.ACK, self._waiting_acks)
-                self._waiting_acks = []
-            totals = self._totals()
-            host_ids = log.apply(self._db, self._host_ids, paced, totals)
-        self._saved_totals, self._totals_at = totals, now
-        self._host_ids.update(host_ids)
-        for host, key in self._unflushed_acks.values():
-            host.hidden.discard(key)
-        for host in self._hosts.values():
-            if host.id is None:
-                host.id = host_ids.get(host.name)
-            if host.fresh:
-                # The fresh requests are in the index now: read them from there.
-                lowest = host.fresh[0]
-                host.rewind((lowest[0], lowest[1]))
-                host.fresh = []
-            # Fresh requests leased before the flush are in the index now too,
-            # possibly after the cursor: the next scan must skip them.
-            host.rewound = bool(host.hidden)
-        self._unflushed.clear()
-        self._unflushed_acks.clear()
-        self._unflushed_seen.clear()
-        self._log_rows = 0
 
     # -- adding ---------------------------------------------------------------
 
