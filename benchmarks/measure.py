@@ -163,13 +163,23 @@ def w1(a: Adapter, spec: Result) -> Result:
     return result
 
 
-def w2(a: Adapter, spec: Result) -> Result:
-    """W2: seeds, then steps of: dequeue one, offer its five children, ack it."""
-    p = spec["params"]
+def _w2_requests(a: Adapter, p: Result) -> tuple[workloads.W2Plan, list[Any], list[list[Any]]]:
+    """W2's and A1's plan, its seeds and its batches of children as ``a``'s requests."""
     plan = workloads.w2_plan(p["seeds"], p["steps"], p["hosts"])
     seeds = a.requests(zip(plan.seed_urls, plan.seed_priorities, strict=True))
     children = a.requests(zip(plan.child_urls, plan.child_priorities, strict=True))
-    batches = list(_chunks(children, plan.fanout))
+    return plan, seeds, list(_chunks(children, plan.fanout))
+
+
+def _left_after(plan: workloads.W2Plan) -> int:
+    """What a run of ``plan`` leaves queued: every distinct URL offered, less one per step."""
+    return len({*plan.seed_urls, *plan.child_urls}) - plan.steps
+
+
+def w2(a: Adapter, spec: Result) -> Result:
+    """W2: seeds, then steps of: dequeue one, offer its five children, ack it."""
+    p = spec["params"]
+    plan, seeds, batches = _w2_requests(a, p)
     a.open()
     enqueue(a, seeds, "add_many")
     pop, ack, add, add_many = a.pop, a.ack, a.add, a.add_many
@@ -205,8 +215,7 @@ def w2(a: Adapter, spec: Result) -> Result:
             elapsed += perf() - start
             after(request)
         section.record(result, "steps", len(batches), elapsed)
-    expected = len({*plan.seed_urls, *plan.child_urls}) - plan.steps
-    result["ok"] = a.size() == expected
+    result["ok"] = a.size() == _left_after(plan)
     a.close()
     return result
 
@@ -222,10 +231,7 @@ def a1(a: Adapter, spec: Result) -> Result:
     or one ``add`` each where there is none) and marks its request done.
     """
     p = spec["params"]
-    plan = workloads.w2_plan(p["seeds"], p["steps"], p["hosts"])
-    seeds = a.requests(zip(plan.seed_urls, plan.seed_priorities, strict=True))
-    children = a.requests(zip(plan.child_urls, plan.child_priorities, strict=True))
-    batches = list(_chunks(children, plan.fanout))
+    plan, seeds, batches = _w2_requests(a, p)
     a.open()
     result: Result = {}
 
@@ -248,8 +254,7 @@ def a1(a: Adapter, spec: Result) -> Result:
         await scheduler.close()
 
     a.run_coroutine(crawl())
-    expected = len({*plan.seed_urls, *plan.child_urls}) - plan.steps
-    result["ok"] = a.size() == expected
+    result["ok"] = a.size() == _left_after(plan)
     a.close()
     return result
 

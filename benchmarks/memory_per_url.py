@@ -29,7 +29,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from benchmarks.cluster import Node, environment, servers
+from benchmarks.cluster import environment
+from benchmarks.redis_servers import Node, servers
 
 HERE = Path(__file__).resolve().parent
 #: Hosts the URLs spread over (``--hosts``).

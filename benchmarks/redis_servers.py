@@ -1,0 +1,202 @@
+"""Fresh redis-server processes for one measurement: a plain server or a Redis Cluster.
+
+Used by the Redis Cluster benchmark (``benchmarks.cluster``) and the bytes per
+URL benchmark (``benchmarks.memory_per_url``). Holds ``Node`` (one
+redis-server on a free 127.0.0.1 port, no persistence, stopped by its pid),
+``servers`` (the nodes of one measurement, joined into a cluster when asked),
+``make_cluster``, ``shard_spread`` (how many of a crawl's shards each primary
+serves) and ``cpu_seconds`` (a process's CPU time, from ``/proc``).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import redis
+from redis.crc import key_slot
+
+from benchmarks.cluster_report import SHARDS
+
+_START_TIMEOUT = 30.0
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _free_port(cluster: bool) -> int:
+    """A free 127.0.0.1 port; for a cluster node its bus port (+10000) is free too."""
+    for _ in range(200):
+        port = random.randrange(20000, 55535)
+        try:
+            with socket.socket() as one, socket.socket() as bus:
+                one.bind(("127.0.0.1", port))
+                if cluster:
+                    bus.bind(("127.0.0.1", port + 10000))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError("no free port (pair) on 127.0.0.1")
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used, from /proc (10 ms ticks)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+class Node:
+    """One redis-server on 127.0.0.1, without persistence, stopped by its pid."""
+
+    def __init__(self, directory: Path, cluster: bool) -> None:
+        self.directory, self.cluster = directory, cluster
+        self.port = 0
+        self.process: subprocess.Popen[bytes] | None = None
+        self.client: redis.Redis | None = None
+
+    def start(self, attempts: int = 3) -> None:
+        """Start on a free port and wait until it answers PING.
+
+        A port taken between the check and the bind (other processes start
+        servers too) costs another attempt. Raises RuntimeError when
+        redis-server is missing or does not come up.
+        """
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError("this benchmark needs redis-server: apt-get install -y redis-server")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        for attempt in range(attempts):
+            self.port = _free_port(self.cluster)
+            args = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
+            args += ["--appendonly", "no", "--dir", str(self.directory), "--protected-mode", "no"]
+            args += ["--logfile", str(self.directory / "log")]
+            if self.cluster:
+                args += ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
+            self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL)
+            self.client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=10)
+            if self._wait_answer():
+                return
+            self.stop()
+            if attempt == attempts - 1:
+                tail = (self.directory / "log").read_text(errors="replace")[-500:]
+                raise RuntimeError(f"redis-server did not start: {tail}")
+
+    def _wait_answer(self) -> bool:
+        """True once the server answers PING; False if it exits or times out."""
+        deadline = time.monotonic() + _START_TIMEOUT
+        assert self.process is not None and self.client is not None
+        while time.monotonic() < deadline and self.process.poll() is None:
+            try:
+                if self.client.ping():
+                    return True
+            except redis.RedisError:
+                time.sleep(0.02)
+        return False
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def cpu(self) -> float:
+        return cpu_seconds(self.pid)
+
+    def command(self, *args: Any) -> Any:
+        """One command; its raw reply (bytes, lists) when the name is split from its
+        subcommand ("CLUSTER", "INFO"), which redis-py's reply parsers do not match."""
+        assert self.client is not None
+        return self.client.execute_command(*args)
+
+    def commands(self) -> dict[str, tuple[int, int]]:
+        """Calls and microseconds per command since the last CONFIG RESETSTAT."""
+        assert self.client is not None
+        stats = self.client.info("commandstats")
+        return {
+            name.removeprefix("cmdstat_"): (int(v["calls"]), int(v["usec"]))
+            for name, v in stats.items()
+        }
+
+    def stop(self) -> None:
+        """SIGTERM by pid, then wait (SIGKILL after 15 s)."""
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return
+        os.kill(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait(timeout=5)
+
+
+@contextmanager
+def servers(primaries: int, directory: Path) -> Iterator[list[Node]]:
+    """Fresh servers for one measurement: one plain redis-server (``primaries=0``) or a
+    cluster of ``primaries`` primaries without replicas; all stopped by pid at the end."""
+    nodes = [Node(directory / f"node-{i}", primaries > 0) for i in range(max(primaries, 1))]
+    try:
+        for node in nodes:
+            node.start()
+        if primaries:
+            make_cluster(nodes)
+        yield nodes
+    finally:
+        for node in nodes:
+            node.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def make_cluster(nodes: Sequence[Node]) -> None:
+    """Join ``nodes`` into one cluster and wait until every node says cluster_state:ok.
+
+    ``redis-cli --cluster create`` joins three nodes or more; it refuses
+    fewer, so a single node is given every slot with CLUSTER ADDSLOTSRANGE.
+    """
+    if len(nodes) == 1:
+        nodes[0].command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
+    else:
+        cli = shutil.which("redis-cli")
+        if cli is None:
+            raise RuntimeError("this benchmark needs redis-cli: apt-get install -y redis-tools")
+        args = [cli, "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in nodes)]
+        args += ["--cluster-replicas", "0", "--cluster-yes"]
+        done = subprocess.run(args, capture_output=True, timeout=60, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"redis-cli --cluster create failed: {done.stdout[-500:]!r}")
+    deadline = time.monotonic() + _START_TIMEOUT
+    want = (b"cluster_state:ok", b"cluster_known_nodes:%d" % len(nodes))
+    while time.monotonic() < deadline:
+        infos = [n.command("CLUSTER", "INFO") for n in nodes]
+        if all(all(w in info for w in want) for info in infos):
+            return
+        time.sleep(0.05)
+    raise RuntimeError("the Redis Cluster did not reach cluster_state:ok in time")
+
+
+def shard_spread(nodes: Sequence[Node], crawl: str) -> list[int]:
+    """How many of the crawl's shards each node serves (by the slot of its hash tag)."""
+    owner: dict[int, int] = {}
+    for start, end, primary, *_ in nodes[0].command("CLUSTER", "SLOTS"):
+        for slot in range(start, end + 1):
+            owner[slot] = int(primary[1])
+    counts = dict.fromkeys((n.port for n in nodes), 0)
+    record = redis.RedisCluster(host="127.0.0.1", port=nodes[0].port)
+    try:
+        tags = record.hget(f"crawlq:{{{crawl}}}:cluster", "tags")
+    finally:
+        record.close()
+    names = tags.decode().split(" ") if tags else [f"{crawl}:{k}" for k in range(SHARDS)]
+    for tag in names:
+        counts[owner[key_slot(f"crawlq:{{{tag}}}:meta".encode())]] += 1
+    return sorted(counts.values(), reverse=True)
