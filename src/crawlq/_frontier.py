@@ -6,24 +6,20 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Final, Literal, overload
+from typing import Any, Literal, overload
 
-from ._batch import as_request, check_fingerprint_count, check_state, with_skipped
+from ._batch import check_state, with_skipped
 from ._controls import HostControls
+from ._entries import EntryChecks, Invalid
 from ._errors import FrontierClosed, InvalidRequest, LeaseError
 from ._fingerprint import Fingerprinter
 from ._lease import NOT_HANDED_OUT, Lease
 from ._policy import Policy
-from ._request import MAX_URL_LENGTH, Request, check_encodable, encode_request
+from ._request import MAX_URL_LENGTH, Request
 from .stores.base import Counters, Entry, HostCount, Store
 
 __all__ = ["Counters", "Frontier", "FrontierStats", "HostCount", "Invalid"]
 
-_SLOT_KEY: Final = "download_slot"
-
-#: What ``add_many`` does with a request it cannot store: raise (the whole
-#: batch is refused) or skip it (``None`` in the result, counted in stats).
-Invalid = Literal["raise", "skip"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +50,7 @@ class FrontierStats:
     blocked_hosts: int | None = None
 
 
-class Frontier(HostControls):
+class Frontier(EntryChecks, HostControls):
     """Stores requests, drops the ones already seen, hands out the next ready one.
 
     Use `open_frontier` to make one. Every method is synchronous and returns
@@ -125,41 +121,6 @@ class Frontier(HostControls):
     def fingerprinter(self) -> Fingerprinter:
         """The fingerprinter that decides which requests are duplicates."""
         return self._fingerprinter
-
-    def _entry(self, request: Request, fingerprint: bytes | None = None) -> Entry:
-        if type(request) is not Request and not isinstance(request, Request):
-            raise InvalidRequest(
-                f"expected a crawlq.Request, not {type(request).__name__}; "
-                "wrap URLs with crawlq.Request(url)"
-            )
-        if len(request.url) > self._max_url_length:
-            raise InvalidRequest(
-                f"url {request.url[:200]!r}... is {len(request.url)} characters long, over the "
-                f"frontier's max_url_length of {self._max_url_length}; drop it, or open the "
-                "frontier with a larger max_url_length"
-            )
-        meta = request.meta
-        slot = meta.get(_SLOT_KEY) if meta else None
-        if slot is not None and (type(slot) is not str or not slot):
-            raise InvalidRequest(f"meta['download_slot'] must be a non-empty str, not {slot!r}")
-        if fingerprint is None:
-            fingerprint, host = self._fingerprinter.fingerprint_and_host(request)
-        else:
-            if type(fingerprint) is not bytes or len(fingerprint) < 16:
-                raise InvalidRequest(
-                    f"a given fingerprint must be at least 16 bytes, not {fingerprint!r}"
-                )
-            # With a slot too, nothing is needed from the URL: it is not parsed.
-            host = slot or self._fingerprinter.canonical_and_host(request.url)[1]
-        if len(fingerprint) != 16:
-            fingerprint = fingerprint[:16]  # stores keep and compare 16 bytes
-        if slot is not None:
-            host = slot
-        if self._needs_payload:
-            return (fingerprint, host, request, encode_request(request))
-        if meta:
-            check_encodable(request)
-        return (fingerprint, host, request, None)
 
     def add(self, request: Request) -> bool:
         """Queue ``request`` unless it was seen before; return False for a duplicate.
@@ -252,34 +213,9 @@ class Frontier(HostControls):
         self._skipped += len(skipped)
         return with_skipped(added, skipped)
 
-    def _prepare(
-        self,
-        requests: Iterable[Request | str],
-        fingerprints: Sequence[bytes] | None,
-        invalid: Invalid,
-    ) -> tuple[list[Entry], list[int] | None]:
-        """A batch's store entries, and the positions skipped (``invalid="skip"``).
-
-        Raises `InvalidRequest` as `add_many` says; nothing is stored here.
-        """
-        skipped: list[int] | None = None
-        if invalid == "raise":
-            if fingerprints is None:
-                entries = [
-                    self._entry(r if type(r) is Request else as_request(r)) for r in requests
-                ]
-            else:
-                batch = list(requests)
-                check_fingerprint_count(fingerprints, batch)
-                entries = [
-                    self._entry(r if type(r) is Request else as_request(r), f)
-                    for r, f in zip(batch, fingerprints, strict=True)
-                ]
-        elif invalid == "skip":
-            entries, skipped = self._entries_skipping(requests, fingerprints)
-        else:
-            raise InvalidRequest(f"invalid must be 'raise' or 'skip', not {invalid!r}")
-        return entries, skipped
+    def _count_skipped(self, skipped: list[int] | None) -> None:
+        if skipped:
+            self._skipped += len(skipped)
 
     def _write(self, entries: list[Entry], leases: Sequence[Lease]) -> list[bool]:
         """Store prepared entries and end leases in one store operation (for `Scheduler`)."""
@@ -310,30 +246,6 @@ class Frontier(HostControls):
         self._check_open()
         counts = self._store.counts()
         return counts.queued, counts.leased
-
-    def _count_skipped(self, skipped: list[int] | None) -> None:
-        if skipped:
-            self._skipped += len(skipped)
-
-    def _entries_skipping(
-        self, requests: Iterable[Request | str], fingerprints: Sequence[bytes] | None
-    ) -> tuple[list[Entry], list[int]]:
-        """Entries of the requests that can be stored, and the positions of the others."""
-        batch = list(requests)
-        if fingerprints is not None:
-            check_fingerprint_count(fingerprints, batch)
-        entries: list[Entry] = []
-        skipped: list[int] = []
-        for index, item in enumerate(batch):
-            if not isinstance(item, Request | str):
-                as_request(item)  # raises: a bug in the caller, never skipped
-            try:
-                request = item if isinstance(item, Request) else Request(item)
-                fingerprint = None if fingerprints is None else fingerprints[index]
-                entries.append(self._entry(request, fingerprint))
-            except InvalidRequest:
-                skipped.append(index)
-        return entries, skipped
 
     def seen(self, request: Request) -> bool:
         """Return True if ``request`` is a duplicate: `add` would refuse it now.

@@ -3,7 +3,8 @@
 `Policy` holds the settings, validated once. `order_key` is the tie-break
 within a priority. `Board` applies the pacing to the hosts (slots) of a store
 that keeps its slots in this process: which slot's head request goes next, and
-when a paced slot becomes ready again. `LeaseDeadlines` tells when leases end.
+when a paced slot becomes ready again (`crawlq._lease.LeaseDeadlines` tells when
+leases end).
 The Redis store runs the same rules in Lua (``stores/redis/lua/lib.lua``); the
 conformance suite's golden pop orders check that every store agrees.
 """
@@ -12,8 +13,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections import deque
-from collections.abc import Callable, Container, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from heapq import heapify, heappop, heappush, heapreplace
 from typing import Any, Final
@@ -26,7 +26,6 @@ __all__ = [
     "ORDER_SPAN",
     "READY",
     "Board",
-    "LeaseDeadlines",
     "Policy",
     "Slot",
     "check_count",
@@ -434,76 +433,3 @@ class Board:
 def _due(entry: tuple[float, str, Slot]) -> bool:
     slot = entry[2]
     return slot.state == DELAYED and slot.ready_at == entry[0]
-
-
-class LeaseDeadlines:
-    """When the leases of a store end, in pop order (one ``lease_timeout`` for all).
-
-    A store keeps its current leases in a dict, ``held[lease[key]] is lease``
-    (a new lease of the same request is a new object). ``items`` holds
-    ``deadline, lease, deadline, lease...`` flat in one deque (no pair tuples:
-    fewer objects on the hot path); a store's pop may append a pair itself
-    (`add` is the same, as a call). Ended leases are dropped lazily from the
-    front, and the deque is compacted in place when one slow lease holds the
-    front, so memory stays bounded by the live leases.
-    """
-
-    __slots__ = ("_held", "_key", "items", "timeout")
-
-    def __init__(self, lease_timeout: float, held: Mapping[Any, Any], key: int) -> None:
-        #: Seconds a lease lasts.
-        self.timeout = lease_timeout
-        self._held = held
-        self._key = key
-        #: ``deadline, lease`` pairs in pop order; the same deque for life.
-        self.items: deque[Any] = deque()
-
-    def add(self, lease: object, now: float) -> None:
-        """Record a lease taken at ``now``."""
-        items = self.items
-        items.append(now + self.timeout)
-        items.append(lease)
-
-    def expired(self, now: float) -> list[Any]:
-        """Remove and return the current leases whose deadline has passed, oldest first."""
-        items = self.items
-        held = self._held
-        key = self._key
-        out = []
-        while items and items[0] <= now:
-            items.popleft()
-            lease = items.popleft()
-            if held.get(lease[key]) is lease:
-                out.append(lease)
-        return out
-
-    def trim(self, ended: Container[Any] = ()) -> None:
-        """Drop ended leases from the front; compact if the deque is large.
-
-        ``ended`` holds leases that just ended: as only an end of the oldest
-        lease frees the front, the front is looked at only then (or with no
-        ``ended`` given), and the size checked every time.
-        """
-        items = self.items
-        held = self._held
-        key = self._key
-        if items and (not ended or items[1] in ended):
-            while items and held.get(items[1][key]) is not items[1]:
-                items.popleft()
-                items.popleft()
-        if len(items) > 4 * len(held) + 2048:
-            pairs = iter(list(items))
-            items.clear()
-            for deadline, lease in zip(pairs, pairs, strict=True):
-                if held.get(lease[key]) is lease:
-                    items.append(deadline)
-                    items.append(lease)
-
-    def next_in(self, now: float) -> float | None:
-        """Seconds until the oldest current lease ends; None if none is held."""
-        self.trim()
-        items = self.items
-        return max(0.0, items[0] - now) if items else None
-
-    def __len__(self) -> int:
-        return len(self.items) // 2

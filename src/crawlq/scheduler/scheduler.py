@@ -19,7 +19,7 @@ coroutines wait.
 A store that does I/O (SQLite, Redis) is never called on the event loop by
 the coroutine methods (``get``, ``add``, ``add_many``, ``join``) nor by
 ``task_done`` and ``release``: their calls go, batched, to the frontier's own
-thread (see `crawlq._store_thread`), so a commit, a round trip or a Redis
+thread (see `store_thread`), so a commit, a round trip or a Redis
 retry never stalls the loop, and calls that arrive while one batch is in
 flight share the next commit or round trip. ``task_done`` and ``release``
 return at once; their write follows with the next batch (an error is retried
@@ -38,7 +38,6 @@ naming them is logged on the ``crawlq`` logger, and ``join`` raises
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -59,15 +58,9 @@ from ..stores.base import HostCount
 from .batches import BatchedCalls
 from .holdings import Holdings, WorkerWatch
 from .store_thread import StoreThread
+from .waiting import Waiting
 
 __all__ = ["Scheduler", "SchedulerStats"]
-
-# A timer never fires sooner than this after being armed, so that a store whose
-# ready time is approximate cannot make the scheduler spin.
-_MIN_WAIT = 0.001
-# How often a waiting get() looks again at a store other processes change.
-_SHARED_POLL = 0.5
-
 
 @dataclass(frozen=True, slots=True)
 class SchedulerStats:
@@ -89,7 +82,7 @@ class SchedulerStats:
     skipped: int = 0
 
 
-class Scheduler(BatchedCalls, WorkerWatch):
+class Scheduler(Waiting, BatchedCalls, WorkerWatch):
     """Hands requests from a frontier to asyncio workers, waiting when none is ready.
 
     ``maxsize`` bounds the number of queued requests (0: no bound): ``add``
@@ -252,26 +245,6 @@ class Scheduler(BatchedCalls, WorkerWatch):
             self._changed()
         return added
 
-    async def _wait_for_room(self) -> None:
-        self._check_open()
-        if self._holdings.current_task_holds():
-            # A worker adding the links of a page it holds never waits: if
-            # every worker waited for room, none would be left to make it.
-            return
-        while self._full():
-            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._adders.append(future)
-            try:
-                await future
-            except BaseException:
-                if not future.done():
-                    future.cancel()
-                elif not future.cancelled() and future.exception() is None:
-                    # We were woken for room we will not use: pass it on.
-                    self._wake_adders()
-                raise
-            self._check_open()
-
     # -- getting --------------------------------------------------------------
 
     def get_nowait(self) -> Request:
@@ -331,72 +304,6 @@ class Scheduler(BatchedCalls, WorkerWatch):
                 self._holdings.hold(delivered)
                 return delivered
             # Woken without a request (the timer): try the frontier again.
-
-    def _abandon(self, future: asyncio.Future[Request | None]) -> None:
-        """Undo a getter's wait after it was cancelled or failed."""
-        if not future.done():
-            future.cancel()
-            with contextlib.suppress(ValueError):
-                self._getters.remove(future)
-        elif not future.cancelled() and future.exception() is None:
-            request = future.result()
-            if request is not None and not self._frontier.closed:
-                # Handed over, then cancelled before it could return: put back.
-                self._finish(request, done=False)
-                self._changed()
-
-    def _changed(self) -> None:
-        """The frontier may have a request ready: hand it to waiting getters."""
-        if self._thread is not None:
-            self._look = True
-            self._thread.kick()
-            return
-        getters = self._getters
-        while getters:
-            future = getters[0]
-            if future.done():
-                getters.popleft()
-                continue
-            request = self._frontier.pop()
-            if request is None:
-                break
-            getters.popleft()
-            future.set_result(request)
-            self._wake_adders()
-        if getters:
-            self._arm_timer(self._frontier.next_ready_in())
-        self._check_idle()
-
-    def _arm_timer(self, delay: float | None) -> None:
-        """Wake the getters after ``delay`` (the store's next ready time)."""
-        if not self._getters or self._closed:
-            return
-        if self._frontier.shared:
-            # Other workers add and ack where this one cannot see it happen.
-            delay = _SHARED_POLL if delay is None else min(delay, _SHARED_POLL)
-        if delay is None:
-            return
-        loop = asyncio.get_running_loop()
-        when = loop.time() + max(delay, _MIN_WAIT)
-        if self._timer is not None:
-            if self._timer_at <= when:
-                return
-            self._timer.cancel()
-        self._timer = loop.call_at(when, self._on_timer)
-        self._timer_at = when
-
-    def _on_timer(self) -> None:
-        self._timer = None
-        if not self._closed:
-            self._changed()
-
-    def _wake_adders(self) -> None:
-        adders = self._adders
-        while adders:
-            future = adders.popleft()
-            if not future.done():
-                future.set_result(None)
-                return
 
     # -- finishing ------------------------------------------------------------
 

@@ -17,8 +17,8 @@ from typing import Any, Final
 
 from .._errors import ConfigError
 from .._fingerprint import Fingerprinter
-from .._lease import Lease, new_lease
-from .._policy import Board, LeaseDeadlines, Policy, Slot, order_key
+from .._lease import Lease, LeaseDeadlines, new_lease
+from .._policy import Board, Policy, Slot, order_key
 from .._request import Request
 from .._seen import ExpiringFingerprints, FingerprintSet
 from .base import Counters, Entry, HostList, StoreCounts, host_details

@@ -65,14 +65,15 @@ import contextlib
 import os
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
-from ..._errors import InvalidRequest, StoreError
+from ..._errors import StoreError
 from ..._fingerprint import Fingerprinter
 from ..._frontier import Frontier
 from ..._open import open_frontier
 from ..._request import Request
-from .codec import RequestCodec, Unserializable
+from .adding import PAYLOAD, RUN, SLOT, TOKEN, FrontierAdds, Pending
+from .codec import RequestCodec
 from .settings import SchedulerConfig
 from .source import Source as _Source
 from .source import crawlq_priority
@@ -82,23 +83,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Frontiers", "crawlq_priority"]
 
-#: A request held for the next flush: (crawlq request, fingerprint, a start
-#: request added in its start queue's order apart from CRAWLQ_LIFO, the
-#: Scrapy request).
-_Pending = tuple[Request, bytes, bool, Any]
-
-_SLOT: Final = "download_slot"
-_PAYLOAD: Final = "scrapy"
-_TOKEN: Final = "scrapy_token"
-_RUN: Final = "scrapy_run"
-#: crawlq URL of a request whose URL crawlq does not take (data:, file:, ...);
-#: the real URL is in its payload.
-_PLACEHOLDER_URL: Final = "http://crawlq.invalid/"
-#: Most requests held for one flush.
-_HOLD_MAX: Final = 1024
-
-
-class Frontiers:
+class Frontiers(FrontierAdds):
     """The store, the in-memory frontier beside it when needed, and what the engine holds.
 
     ``count`` is called with the name of each crawlq stat to increment;
@@ -141,7 +126,7 @@ class Frontiers:
         # written by `flush` in one commit with the pending acks, after them
         # in the same transaction (children before parents).
         self._batching = config.durable and not config.shared
-        self._pending: list[_Pending] = []
+        self._pending: list[Pending] = []
         self._pending_keys: set[bytes] = set()
         # Start requests are added in their start queue's order where it
         # differs from the crawl's (``add_many(..., lifo=)``).
@@ -175,126 +160,6 @@ class Frontiers:
                 return True
         return False
 
-    # -- adding ---------------------------------------------------------------------
-
-    def add(
-        self,
-        request: scrapy.Request,
-        *,
-        fingerprint: bytes,
-        dont_filter: bool,
-        start: bool,
-        slot: str,
-    ) -> tuple[bool, bool, Unserializable | None]:
-        """Add ``request``; return (added, stored as a payload, why it could not be).
-
-        Raises `StoreError` when the store fails; nothing was added then.
-        """
-        priority = crawlq_priority(request.priority, start)
-        entry = (priority, slot, dont_filter, fingerprint, start)
-        if self.failed:
-            return self._add_object(self.local_source(), request, *entry), False, None
-        main = self.main
-        if not self.config.durable:
-            return self._add_object(main, request, *entry), False, None
-        try:
-            added = self._add_payload(main, request, *entry)
-        except Unserializable as exc:
-            source = self.local_source() if self.config.shared else main
-            return self._add_object(source, request, *entry), False, exc
-        return added, added, None
-
-    def _crawlq_request(
-        self, url: str, priority: int, meta: dict[str, Any], dont_filter: bool
-    ) -> Request:
-        try:
-            return Request(url, priority=priority, meta=meta, dont_filter=dont_filter)
-        except InvalidRequest:
-            # Not an http(s) URL crawlq takes; the payload keeps the real one.
-            return Request(_PLACEHOLDER_URL, priority=priority, meta=meta, dont_filter=dont_filter)
-
-    def _add(
-        self, source: _Source, creq: Request, fingerprint: bytes, start: bool, request: Any
-    ) -> bool:
-        if self._batching and source is self.main and not self.failed:
-            return self._hold(creq, fingerprint, start, request)
-        options: dict[str, Any] = {}
-        if start and self._starts_apart:
-            options["lifo"] = self.config.start_lifo
-        parent = None
-        if self._unacked and source is self.main:
-            # A finished request's ack commits with this add, after it.
-            parent = options["ack"] = self._unacked.pop()
-        try:
-            added = source.frontier.add_many((creq,), fingerprints=(fingerprint,), **options)
-        except BaseException:
-            if parent is not None:
-                self._unacked.append(parent)
-            raise
-        if parent is not None:
-            source.in_flight -= 1
-            self.handed_out -= 1
-            self._count("crawlq/acked")
-        return bool(added[0])  # add_many is overloaded on invalid=; options are Any
-
-    def _hold(self, creq: Request, fingerprint: bytes, start: bool, request: Any) -> bool:
-        """Keep a new request for the next `flush`; False if it is a duplicate.
-
-        The caller checked the store for the fingerprint; this checks the
-        requests held. The flush cannot refuse one: it comes with its
-        fingerprint and download slot, so the frontier does not parse its URL.
-        """
-        if not creq.dont_filter:
-            if fingerprint in self._pending_keys:
-                return False
-            self._pending_keys.add(fingerprint)
-        self._pending.append((creq, fingerprint, start and self._starts_apart, request))
-        # Written at once when no request is in flight and it is not a start
-        # request (nothing would yield it again after a kill), or when many wait.
-        if (not self.handed_out and not start) or len(self._pending) >= _HOLD_MAX:
-            try:
-                self.flush()
-            except StoreError as exc:
-                self._on_failed(exc)  # the request is in memory now: still added
-        return True
-
-    def _add_payload(
-        self,
-        source: _Source,
-        request: scrapy.Request,
-        priority: int,
-        slot: str,
-        dont_filter: bool,
-        fingerprint: bytes,
-        start: bool,
-    ) -> bool:
-        meta: dict[str, Any] = {_SLOT: slot}
-        url = request.url
-        creq = self._crawlq_request(url, priority, meta, dont_filter)
-        meta[_PAYLOAD] = self._codec.encode(request, with_url=creq.url != url)
-        # With its fingerprint and slot given, the frontier does not parse
-        # the URL: a URL crawlq's Request takes is stored as it is.
-        return self._add(source, creq, fingerprint, start, request)
-
-    def _add_object(
-        self,
-        source: _Source,
-        request: scrapy.Request,
-        priority: int,
-        slot: str,
-        dont_filter: bool,
-        fingerprint: bytes,
-        start: bool,
-    ) -> bool:
-        self._tokens += 1
-        token = self._tokens
-        meta: dict[str, Any] = {_SLOT: slot, _TOKEN: token, _RUN: self._run}
-        creq = self._crawlq_request(request.url, priority, meta, dont_filter)
-        added = self._add(source, creq, fingerprint, start, request)
-        if added:
-            source.objects[token] = request
-        return added
-
     def local_source(self) -> _Source:
         """The in-memory frontier beside the store, opened on first use."""
         local = self.local
@@ -326,15 +191,15 @@ class Frontiers:
                 return None
             source, creq = picked
             meta = creq.meta
-            token = meta.get(_TOKEN)
+            token = meta.get(TOKEN)
             if token is None:
                 try:
-                    request = self._codec.decode(meta[_PAYLOAD], creq.url)
+                    request = self._codec.decode(meta[PAYLOAD], creq.url)
                 except Exception as exc:
                     self._drop(source, creq, exc)
                     continue
             else:
-                found = source.objects.get(token) if meta.get(_RUN) == self._run else None
+                found = source.objects.get(token) if meta.get(RUN) == self._run else None
                 if found is None:
                     self._drop(source, creq, None)
                     continue
@@ -405,7 +270,7 @@ class Frontiers:
         _, source, creq = entries.pop(index)
         if not entries:
             del self._in_flight[id(request)]
-        token = creq.meta.get(_TOKEN)
+        token = creq.meta.get(TOKEN)
         if token is not None:
             source.objects.pop(token, None)
         if self.failed and source is self.main:
@@ -444,7 +309,7 @@ class Frontiers:
             self._rescue(pending)
             return
         # Runs of one order (start requests may be added FIFO in a LIFO crawl).
-        runs: list[list[_Pending]] = []
+        runs: list[list[Pending]] = []
         for held in pending:
             if runs and runs[-1][0][2] == held[2]:
                 runs[-1].append(held)
@@ -471,16 +336,16 @@ class Frontiers:
         for _ in unacked:
             self._count("crawlq/acked")
 
-    def _rescue(self, pending: list[_Pending]) -> None:
+    def _rescue(self, pending: list[Pending]) -> None:
         """Move requests held for a store that failed to the in-memory frontier."""
         objects = self.main.objects
         local = self.local_source()
         for creq, fingerprint, _, request in pending:
-            token = creq.meta.get(_TOKEN)
+            token = creq.meta.get(TOKEN)
             if token is not None:
                 objects.pop(token, None)
             start = creq.priority % 2 == 0  # see crawlq_priority
-            slot = creq.meta[_SLOT]
+            slot = creq.meta[SLOT]
             self._add_object(
                 local, request, creq.priority, slot, creq.dont_filter, fingerprint, start
             )

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ..._lease import Lease, new_lease
-from ..._policy import Board, LeaseDeadlines
+from ..._lease import Lease, LeaseDeadlines, new_lease
+from ..._policy import Board
 from .hosts import Host, Key
 
 __all__ = ["Handle", "Leases"]

@@ -1,0 +1,186 @@
+"""How the Scrapy adapter adds a request: as a payload in the store, or as an object.
+
+`FrontierAdds` is the part of `Frontiers` that turns a Scrapy request into a
+crawlq one (its fingerprint and download slot given, so the frontier does not
+parse its URL; a URL crawlq does not take gets a placeholder and keeps the
+real one in the payload), stores it as a pickle-free payload when the store
+is durable, or keeps the object itself in memory under a token, and on a
+SQLite job holds new requests for the next flush, written with the pending
+acks in one commit (children before parents).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final
+
+from ..._errors import InvalidRequest, StoreError
+from ..._request import Request
+from .codec import RequestCodec, Unserializable
+from .settings import SchedulerConfig
+from .source import Source as _Source
+from .source import crawlq_priority
+
+if TYPE_CHECKING:
+    import scrapy
+
+__all__ = ["PAYLOAD", "RUN", "SLOT", "TOKEN", "FrontierAdds", "Pending"]
+
+#: A request held for the next flush: (crawlq request, fingerprint, a start
+#: request added in its start queue's order apart from CRAWLQ_LIFO, the
+#: Scrapy request).
+Pending = tuple[Request, bytes, bool, Any]
+
+#: Meta keys of a stored Scrapy request: its download slot, its payload, and
+#: (for one kept as an object) its token and the run that holds the object.
+SLOT: Final = "download_slot"
+PAYLOAD: Final = "scrapy"
+TOKEN: Final = "scrapy_token"
+RUN: Final = "scrapy_run"
+#: crawlq URL of a request whose URL crawlq does not take (data:, file:, ...);
+#: the real URL is in its payload.
+_PLACEHOLDER_URL: Final = "http://crawlq.invalid/"
+#: Most requests held for one flush.
+_HOLD_MAX: Final = 1024
+
+
+
+class FrontierAdds:
+    """Adding of `Frontiers` (a mixin: its ``__init__`` sets the state)."""
+
+    if TYPE_CHECKING:
+        main: _Source
+        config: SchedulerConfig
+        failed: bool
+        handed_out: int
+        _codec: RequestCodec
+        _count: Callable[[str], None]
+        _on_failed: Callable[[StoreError], None]
+        _unacked: list[Request]
+        _batching: bool
+        _pending: list[Pending]
+        _pending_keys: set[bytes]
+        _starts_apart: bool
+        _tokens: int
+        _run: int
+
+        def local_source(self) -> _Source: ...
+        def flush(self) -> None: ...
+
+    def add(
+        self,
+        request: scrapy.Request,
+        *,
+        fingerprint: bytes,
+        dont_filter: bool,
+        start: bool,
+        slot: str,
+    ) -> tuple[bool, bool, Unserializable | None]:
+        """Add ``request``; return (added, stored as a payload, why it could not be).
+
+        Raises `StoreError` when the store fails; nothing was added then.
+        """
+        priority = crawlq_priority(request.priority, start)
+        entry = (priority, slot, dont_filter, fingerprint, start)
+        if self.failed:
+            return self._add_object(self.local_source(), request, *entry), False, None
+        main = self.main
+        if not self.config.durable:
+            return self._add_object(main, request, *entry), False, None
+        try:
+            added = self._add_payload(main, request, *entry)
+        except Unserializable as exc:
+            source = self.local_source() if self.config.shared else main
+            return self._add_object(source, request, *entry), False, exc
+        return added, added, None
+
+    def _crawlq_request(
+        self, url: str, priority: int, meta: dict[str, Any], dont_filter: bool
+    ) -> Request:
+        try:
+            return Request(url, priority=priority, meta=meta, dont_filter=dont_filter)
+        except InvalidRequest:
+            # Not an http(s) URL crawlq takes; the payload keeps the real one.
+            return Request(_PLACEHOLDER_URL, priority=priority, meta=meta, dont_filter=dont_filter)
+
+    def _add(
+        self, source: _Source, creq: Request, fingerprint: bytes, start: bool, request: Any
+    ) -> bool:
+        if self._batching and source is self.main and not self.failed:
+            return self._hold(creq, fingerprint, start, request)
+        options: dict[str, Any] = {}
+        if start and self._starts_apart:
+            options["lifo"] = self.config.start_lifo
+        parent = None
+        if self._unacked and source is self.main:
+            # A finished request's ack commits with this add, after it.
+            parent = options["ack"] = self._unacked.pop()
+        try:
+            added = source.frontier.add_many((creq,), fingerprints=(fingerprint,), **options)
+        except BaseException:
+            if parent is not None:
+                self._unacked.append(parent)
+            raise
+        if parent is not None:
+            source.in_flight -= 1
+            self.handed_out -= 1
+            self._count("crawlq/acked")
+        return bool(added[0])  # add_many is overloaded on invalid=; options are Any
+
+    def _hold(self, creq: Request, fingerprint: bytes, start: bool, request: Any) -> bool:
+        """Keep a new request for the next `flush`; False if it is a duplicate.
+
+        The caller checked the store for the fingerprint; this checks the
+        requests held. The flush cannot refuse one: it comes with its
+        fingerprint and download slot, so the frontier does not parse its URL.
+        """
+        if not creq.dont_filter:
+            if fingerprint in self._pending_keys:
+                return False
+            self._pending_keys.add(fingerprint)
+        self._pending.append((creq, fingerprint, start and self._starts_apart, request))
+        # Written at once when no request is in flight and it is not a start
+        # request (nothing would yield it again after a kill), or when many wait.
+        if (not self.handed_out and not start) or len(self._pending) >= _HOLD_MAX:
+            try:
+                self.flush()
+            except StoreError as exc:
+                self._on_failed(exc)  # the request is in memory now: still added
+        return True
+
+    def _add_payload(
+        self,
+        source: _Source,
+        request: scrapy.Request,
+        priority: int,
+        slot: str,
+        dont_filter: bool,
+        fingerprint: bytes,
+        start: bool,
+    ) -> bool:
+        meta: dict[str, Any] = {SLOT: slot}
+        url = request.url
+        creq = self._crawlq_request(url, priority, meta, dont_filter)
+        meta[PAYLOAD] = self._codec.encode(request, with_url=creq.url != url)
+        # With its fingerprint and slot given, the frontier does not parse
+        # the URL: a URL crawlq's Request takes is stored as it is.
+        return self._add(source, creq, fingerprint, start, request)
+
+    def _add_object(
+        self,
+        source: _Source,
+        request: scrapy.Request,
+        priority: int,
+        slot: str,
+        dont_filter: bool,
+        fingerprint: bytes,
+        start: bool,
+    ) -> bool:
+        self._tokens += 1
+        token = self._tokens
+        meta: dict[str, Any] = {SLOT: slot, TOKEN: token, RUN: self._run}
+        creq = self._crawlq_request(request.url, priority, meta, dont_filter)
+        added = self._add(source, creq, fingerprint, start, request)
+        if added:
+            source.objects[token] = request
+        return added
