@@ -152,3 +152,19 @@ def test_the_scrapy_settings_table_lists_every_setting_the_code_reads() -> None:
     listed = set(re.findall(r"^\| `(CRAWLQ_[A-Z_]+)`", doc, re.MULTILINE))
     assert read == listed
     assert _hooks().scrapy_settings().count("| `CRAWLQ_") == len(listed)
+
+
+def test_the_scrapy_settings_table_is_generated_without_scrapy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`pip install '.[docs]'` alone builds the site: the hook reads the adapter's
+    docstring from its source, as importing the adapter needs Scrapy."""
+    # None in sys.modules makes an import raise ImportError; the adapter too,
+    # as this module has imported it already.
+    monkeypatch.setitem(sys.modules, "scrapy", None)
+    monkeypatch.setitem(sys.modules, "crawlq.contrib.scrapy", None)
+    with pytest.raises(ImportError):
+        import crawlq.contrib.scrapy  # noqa: F401
+    table = _hooks().scrapy_settings()
+    assert table.startswith("| setting | default | meaning |\n| --- |")
+    assert "| `CRAWLQ_URL` |" in table
