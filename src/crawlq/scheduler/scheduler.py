@@ -41,7 +41,6 @@ import asyncio
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, Literal, overload
 
 from .._errors import (
@@ -462,10 +461,5 @@ class Scheduler(Waiting, BatchedCalls, WorkerWatch):
     async def __aenter__(self) -> Scheduler:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.close()

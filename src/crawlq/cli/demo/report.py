@@ -5,7 +5,6 @@ This module needs rich only, so the CLI can import it before aiohttp.
 
 from __future__ import annotations
 
-from types import TracebackType
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -48,12 +47,7 @@ class LiveProgress:
     def __enter__(self) -> LiveProgress:
         return self  # the display starts with the first snapshot
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         if self._task is not None:
             self._progress.stop()
 

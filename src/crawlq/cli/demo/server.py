@@ -24,7 +24,6 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
 
 from aiohttp import web
 
@@ -112,12 +111,7 @@ class SiteServer:
             self._host_by_netloc[f"{address}:{port}"] = host
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -184,27 +178,30 @@ def _listen(address: str, port: int) -> socket.socket:
 
 def _bind_urls(base_urls: list[str]) -> list[socket.socket]:
     """Bind each ``http://address:port``; OSError names the one that failed."""
-    sockets: list[socket.socket] = []
-    try:
-        for url in base_urls:
-            address, _, port = url.partition("://")[2].rpartition(":")
-            try:
-                sockets.append(_listen(address, int(port)))
-            except OSError as exc:
-                raise OSError(exc.errno, f"{address}:{port}: {exc.strerror}") from None
-    except BaseException:
-        for sock in sockets:
-            sock.close()
-        raise
-    return sockets
+    pairs = []
+    for url in base_urls:
+        address, _, port = url.partition("://")[2].rpartition(":")
+        pairs.append((address, int(port)))
+    return _bind_all(pairs)
 
 
 def _bind_each(addresses: list[str]) -> list[socket.socket]:
-    """Bind each address on a port of its own; raise OSError if one cannot be bound."""
+    """Bind each address on a port of its own; OSError names the one that failed."""
+    return _bind_all([(address, 0) for address in addresses])
+
+
+def _bind_all(pairs: list[tuple[str, int]]) -> list[socket.socket]:
+    """Bind each ``(address, port)`` (port 0: any); on a failure close those bound.
+
+    Raises OSError, with the errno of the failure, naming the address.
+    """
     sockets: list[socket.socket] = []
     try:
-        for address in addresses:
-            sockets.append(_listen(address, 0))
+        for address, port in pairs:
+            try:
+                sockets.append(_listen(address, port))
+            except OSError as exc:
+                raise OSError(exc.errno, f"{address}:{port}: {exc.strerror}") from None
     except BaseException:
         for sock in sockets:
             sock.close()

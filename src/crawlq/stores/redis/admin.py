@@ -13,14 +13,12 @@ from __future__ import annotations
 from ..._errors import StoreError
 from ..._exchange import HostReport, JobReport
 from .config import parse_url
-from .inspection import Inspection, hosts, snapshot
-from .inspection import change_host as change_crawl_host
+from .inspection import Inspection, change_host, hosts, snapshot
 from .store import inspect as inspect_crawl
 from .store import purge
 
 __all__ = [
     "change_host",
-    "changed",
     "crawl_label",
     "display",
     "hosts",
@@ -41,21 +39,6 @@ def display(url: str) -> str:
 def crawl_label(url: str) -> str:
     """The crawl's name, a metrics label (its URL's ``?crawl=``, else ``default``)."""
     return parse_url(url).crawl
-
-
-def changed(host: str) -> str:
-    """What ``crawlq hosts`` says after changing a host of a shared crawl."""
-    return f"changed {host}: every worker obeys it from its next call"
-
-
-def change_host(url: str, what: str, host: str, seconds: float | None = None) -> str:
-    """Block, unblock or pace ``host`` for every worker of the crawl; say what happened.
-
-    Raises `ConfigError` for a bad URL or change, `StoreError` when the crawl
-    does not exist, `StoreUnavailable` when the server cannot be reached.
-    """
-    change_crawl_host(url, what, host, seconds)
-    return changed(host)
 
 
 def inspect(url: str, *, top: int = 10) -> JobReport:

@@ -389,25 +389,25 @@ def hosts(url: str, *, top: int = 20) -> HostList:
         _close_link(location, link)
 
 
-def change_host(url: str, what: str, host: str, seconds: float | None = None) -> None:
+def change_host(url: str, what: str, host: str, seconds: float | None = None) -> str:
     """Change one host of a running Redis crawl: ``block`` / ``delay`` (seconds) or ``unblock``.
 
     Runs the crawl's ``control`` function, as a worker's `Frontier.block_host`
     or `set_host_policy` would (with the pacing its workers last opened it
     with); every worker obeys it from its next call. ``delay`` None gives the
-    host the crawl's delay again, keeping its own concurrency. Raises
-    `StoreError` when there is no such crawl.
+    host the crawl's delay again, keeping its own concurrency. Returns what
+    ``crawlq hosts`` says. Raises `StoreError` when there is no such crawl.
     """
     location, link = _open_link(url)
     try:
-        change_host_at(location, link, what, host, seconds)
+        return change_host_at(location, link, what, host, seconds)
     finally:
         _close_link(location, link)
 
 
 def change_host_at(
     location: RedisURL, link: Link, what: str, host: str, seconds: float | None
-) -> None:
+) -> str:
     """`change_host` on a link to the server holding the crawl (or the host's shard)."""
     prefix = location.prefix.encode()
     delay_s, concurrency = link.command(
@@ -432,6 +432,7 @@ def change_host_at(
         what_bytes = b"policy"
         head[-1] = what_bytes
     link.call(pack([*head, *pacing, host.encode(), *args]), "changing a host")
+    return f"changed {host}: every worker obeys it from its next call"
 
 
 def snapshot(url: str, *, top: int = 20) -> tuple[int, int, int, Counters, HostList]:

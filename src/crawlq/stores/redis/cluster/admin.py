@@ -7,22 +7,11 @@ the shards up and notes each shard's counts and node.
 from __future__ import annotations
 
 from ...._exchange import JobReport
-from ..admin import changed, crawl_label, display, report
-from .inspection import change_host as change_crawl_host
-from .inspection import hosts, purge, snapshot
+from ..admin import crawl_label, display, report
+from .inspection import change_host, hosts, purge, snapshot
 from .inspection import inspect as inspect_crawl
 
 __all__ = ["change_host", "crawl_label", "display", "hosts", "inspect", "purge", "snapshot"]
-
-
-def change_host(url: str, what: str, host: str, seconds: float | None = None) -> str:
-    """Block, unblock or pace ``host`` on its shard, for every worker; say what happened.
-
-    Raises `ConfigError` for a bad URL or change, `StoreError` when the crawl
-    does not exist, `StoreUnavailable` when the cluster cannot be reached.
-    """
-    change_crawl_host(url, what, host, seconds)
-    return changed(host)
 
 
 def inspect(url: str, *, top: int = 10) -> JobReport:

@@ -169,10 +169,10 @@ def hosts(url: str, *, top: int = 20) -> HostList:
     return merge_hosts(lists, top)
 
 
-def change_host(url: str, what: str, host: str, seconds: float | None = None) -> None:
+def change_host(url: str, what: str, host: str, seconds: float | None = None) -> str:
     """Change one host of a running cluster crawl, in its shard (see `inspection.change_host`)."""
     with _shards(url) as (location, _, links):
         if not links:
             raise StoreError(f"there is no crawl {location.crawl!r} at {location.display}")
         shard, link = links[shard_of(host.encode(), len(links))]
-        change_host_at(shard, link, what, host, seconds)
+        return change_host_at(shard, link, what, host, seconds)
