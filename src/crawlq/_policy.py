@@ -5,7 +5,7 @@ within a priority. `Board` applies the pacing to the hosts (slots) of a store
 that keeps its slots in this process: which slot's head request goes next, and
 when a paced slot becomes ready again (`crawlq._lease.LeaseDeadlines` tells when
 leases end).
-The Redis store runs the same rules in Lua (``stores/redis/lua/lib.lua``); the
+The Redis store runs the same rules in Lua (``stores/redis/lua/hosts.lua``, ``refill.lua``); the
 conformance suite's golden pop orders check that every store agrees.
 """
 

@@ -9,7 +9,7 @@ import pytest
 
 import crawlq
 from crawlq import Request
-from crawlq.stores.redis import store as redis_store
+from crawlq.stores.redis import calls as redis_calls
 from tests.redis_server import StartServer
 
 PAD = "x" * 1000
@@ -128,7 +128,7 @@ def test_a_policy_that_evicts_only_keys_with_a_ttl_is_accepted(
 def test_evictions_mid_crawl_are_refused(
     redis_servers: StartServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(redis_store, "_EVICTION_CHECK", 0.0)  # look at every call
+    monkeypatch.setattr(redis_calls, "EVICTION_CHECK", 0.0)  # look at every call
     server = redis_servers(extra=("--maxmemory-policy", "noeviction"))
     admin = _admin(server.url)
     frontier = crawlq.open_frontier(server.url + "?crawl=later")

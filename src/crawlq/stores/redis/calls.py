@@ -108,6 +108,10 @@ class FunctionCalls:
                 "faithfully"
             )
 
+    def _next_eviction_check(self) -> None:
+        """Look at the server's ``evicted_keys`` again from the first call after this long."""
+        self._eviction_check_at = time.monotonic() + EVICTION_CHECK
+
     def _call(
         self,
         function: bytes,
@@ -139,7 +143,7 @@ class FunctionCalls:
         buffer = self._buffer if prefix is None else deque()
         if not self._allow_eviction and time.monotonic() >= self._eviction_check_at:
             self._evicted = check_evictions(self._link, self._location.display, self._evicted)
-            self._eviction_check_at = time.monotonic() + EVICTION_CHECK
+            self._next_eviction_check()
         self._calls += 1
         if prefix is None:
             head = self._heads.get(function)
@@ -167,7 +171,7 @@ class FunctionCalls:
         number = b"%d" % self._calls
         if self._lost is not None and prefix is None:
             # Calls from _lost on went unanswered: the function gives back
-            # what they leased (see give_back_lost in lib.lua).
+            # what they leased (see give_back_lost in refill.lua).
             number += b"g%d" % self._lost
 
         def retried() -> bytes:

@@ -40,7 +40,7 @@ __all__ = [
 _SCAN_COUNT: Final = 1000
 _HIST_CHUNK: Final = 200  # hosts per inspect.lua call
 _STATE_HEAD: Final = struct.Struct(">BId")  # flag, leased, ready (ms)
-_FLAG_FULL: Final = 73  # lib.lua's FLAG_I: at its concurrency limit
+_FLAG_FULL: Final = 73  # shared.lua's FLAG_I: at its concurrency limit
 _STATE_SIZE: Final = struct.calcsize(">BIdd")  # then the head id, if any
 
 
@@ -64,7 +64,7 @@ def server_counters(figures: Sequence[int], leased: int, prefetched: int = 0) ->
 
 
 def meta_counts(meta: Mapping[str, str], leased: int) -> tuple[int, Counters]:
-    """The queue's size and the crawl's `Counters` from its meta hash (see lib.lua)."""
+    """The queue's size and the crawl's `Counters` from its meta hash (see shared.lua)."""
 
     def get(name: str) -> int:
         return int(meta.get(name, "0") or 0)
@@ -92,7 +92,7 @@ def _scan_hosts(link: Link, prefix: bytes) -> dict[str, tuple[int, bool, float]]
             b"HSCAN", prefix + b"hosts", cursor, b"COUNT", _SCAN_COUNT, doing="listing hosts"
         )
         for i in range(0, len(flat), 2):
-            # The state is packed by lib.lua as struct '>BI4dd' .. head id.
+            # The state is packed by hosts.lua as struct '>BI4dd' .. head id.
             state = flat[i + 1]
             flag, held, ready = _STATE_HEAD.unpack_from(state)
             head = len(state) > _STATE_SIZE

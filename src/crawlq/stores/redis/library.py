@@ -17,8 +17,26 @@ class Library:
     again whenever the server has lost it (a restart without persistence).
     """
 
-    #: Files joined in this order; lib.lua defines what the others share.
-    PARTS: Final = ("lib", "add", "pop", "ack_or_release", "control", "read", "inspect", "open")
+    #: Files joined in this order: a Lua ``local function`` must come before
+    #: its callers, so the shared helpers go first (shared.lua: key layout,
+    #: call state, clock; then dedup, host records, host queues, leases and
+    #: the refill/pop machinery, each relying only on those before it), then
+    #: the entry points.
+    PARTS: Final = (
+        "shared",
+        "seen",
+        "hosts",
+        "queues",
+        "leases",
+        "refill",
+        "add",
+        "pop",
+        "ack_or_release",
+        "control",
+        "read",
+        "inspect",
+        "open",
+    )
     #: Function name suffix -> (Lua function, flags). A full Redis (used
     #: memory over ``maxmemory``, policy ``noeviction``) refuses every
     #: function but ``no-writes`` and ``allow-oom`` ones: only adding is

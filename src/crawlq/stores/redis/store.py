@@ -67,7 +67,7 @@ from ..._fingerprint import Fingerprinter
 from ..._policy import Policy
 from ..._request import Request
 from ..base import Entry, StoreCounts
-from .calls import EVICTION_CHECK, FunctionCalls, Pending, lease_pairs
+from .calls import FunctionCalls, Pending, lease_pairs
 from .client import acquire_client, redis_module, release_client
 from .config import RedisURL, Settings, parse_url
 from .conn import Link
@@ -211,7 +211,7 @@ class RedisStore(FunctionCalls, RedisControls):
         self.id_mark = 0
         self._allow_eviction = settings.allow_eviction
         self._evicted = 0
-        self._eviction_check_at = time.monotonic() + EVICTION_CHECK
+        self._next_eviction_check()
         self._new_owner()
         try:
             self._open(policy, fingerprinter, settings)

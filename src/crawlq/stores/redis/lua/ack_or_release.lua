@@ -1,9 +1,9 @@
--- ack_or_release: end leases.
+-- ack_or_release: end leases. Relies on refill.lua (begin, conclude) and
+-- leases.lua (end_leases).
 -- Arguments after the common ones: 'a' (ack) or 'r' (release), count, then
 -- (id, token) pairs.
 local function ack_or_release(keys, args)
-  begin(keys, args)
-  local replay = replayed()
+  local replay = begin(keys, args)
   if replay then
     return replay
   end

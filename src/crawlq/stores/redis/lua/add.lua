@@ -1,5 +1,6 @@
 -- add: dedup and enqueue a batch, then ack the leases it finishes, atomically
--- (a page's links, then the page: children first).
+-- (a page's links, then the page: children first). Relies on refill.lua,
+-- leases.lua, queues.lua, hosts.lua, seen.lua and shared.lua.
 -- Arguments after the common ones: lifo ('1'/'0'), Bloom bits (0: exact dedup),
 -- Bloom hashes, count, then one blob of entries, each packed big-endian as
 -- 16-byte fingerprint, flags byte (bit 0: dont_filter), int32 priority,
@@ -28,24 +29,11 @@ local function seen_now(fingerprint, bloom_bits, bloom_hashes, ttl)
   if bloom_bits == 0 then
     return seen_has(fingerprint)
   end
-  local h1, h2 = struct.unpack('>I4I4', fingerprint)
-  local ops = {}
-  for j = 0, bloom_hashes - 1 do
-    ops[#ops + 1] = 'GET'
-    ops[#ops + 1] = 'u1'
-    ops[#ops + 1] = (h1 + j * h2) % bloom_bits
-  end
-  for _, bit in ipairs(redis.call('BITFIELD_RO', K_BLOOM, unpack(ops))) do
-    if bit == 0 then
-      return false
-    end
-  end
-  return true
+  return bloom_has(fingerprint, bloom_bits, bloom_hashes)
 end
 
 local function add(keys, args)
-  begin(keys, args)
-  local replay = replayed()
+  local replay = begin(keys, args)
   if replay then
     return replay
   end
@@ -101,23 +89,9 @@ local function add(keys, args)
       elseif BLOOM_BITS == 0 then
         new = seen_add(fingerprint)
       else
-        -- Kirsch-Mitzenmacher: bit j is (h1 + j * h2) mod m. SET returns the
-        -- old bits, so one BITFIELD call checks and sets atomically; the
-        -- fingerprint was seen (or is a false positive) if all were set.
-        local h1, h2 = struct.unpack('>I4I4', fingerprint)
-        local ops = {}
-        for j = 0, BLOOM_HASHES - 1 do
-          ops[#ops + 1] = 'SET'
-          ops[#ops + 1] = 'u1'
-          ops[#ops + 1] = (h1 + j * h2) % BLOOM_BITS
-          ops[#ops + 1] = 1
-        end
-        new = false
-        for _, old in ipairs(redis.call('BITFIELD', K_BLOOM, unpack(ops))) do
-          if old == 0 then
-            new = true
-          end
-        end
+        -- The fingerprint was seen (or is a false positive) if all its bits
+        -- were set already.
+        new = bloom_add(fingerprint, BLOOM_BITS, BLOOM_HASHES)
         if new then
           new_seen = new_seen + 1
         end
@@ -157,9 +131,7 @@ local function add(keys, args)
   for name, state in pairs(touched) do
     place(name, state)
   end
-  if new_seen > 0 then
-    redis.call('HINCRBY', K_META, 'seen', int_text(new_seen))
-  end
+  count_meta('seen', new_seen)
   seen_save()
   -- With a cap, each host's accepted count, exactly: one HSET however many
   -- hosts the batch has (their counts before it were read above). Without
@@ -176,9 +148,7 @@ local function add(keys, args)
       chunked('HSET', K_ACCEPTED, counts, 2)
     end
   end
-  if capped > 0 then
-    redis.call('HINCRBY', K_META, 'capped', int_text(capped))
-  end
+  count_meta('capped', capped)
   local acked = end_leases(ARG0 + 9, tonumber(args[ARG0 + 8]), 'ack')
   if acked ~= nil and (best == nil or acked < best) then
     best = acked

@@ -1,4 +1,5 @@
--- control: host controls shared by every worker of a crawl.
+-- control: host controls shared by every worker of a crawl. Relies on
+-- shared.lua and hosts.lua (host, place, save).
 -- keys[1] = "crawlq:{NAME}:". args: what, host_delay (microseconds),
 -- host_concurrency (0: no limit) of the caller, the host, then
 --   'block' ms:  hand out nothing of the host for ms from now (a block ending

@@ -1,3 +1,6 @@
+-- Views of hosts' queues for `crawlq inspect`: histogram and
+-- queued_per_host. Relies on queues.lua (lane_of).
+
 -- The queued requests of one host by score, {score text, count, ...} (a
 -- score may come twice, for its FIFO and LIFO lanes): its only request
 -- (record ending in 'p'), or its lists l:LANE:HOST: its head's lane and

@@ -1,3 +1,7 @@
+-- Opening a crawl: open, upgrade_queues (format 5 to 6), cluster_record,
+-- save_state. Relies on shared.lua (set_keys, chunked) and queues.lua
+-- (lane_of, lane_rank).
+
 -- Create a crawl's settings on first open, or read the existing ones.
 -- keys[1] = "crawlq:{NAME}:". args: format, lifo, bloom bits, bloom hashes,
 -- bloom capacity, bloom error rate, seen_ttl ('1': dedup keeps times), then
@@ -16,7 +20,7 @@ local function open(keys, args)
     -- crawl step's server instructions, measured with callgrind).
     redis.call('HSET', meta, 'seq', 0)
     if args[3] == '0' and args[7] ~= '1' then
-      -- Exact dedup in buckets (lib.lua): one bucket to start with, fields
+      -- Exact dedup in buckets (seen.lua): one bucket to start with, fields
       -- of 11 bytes.
       redis.call('HSET', meta, 'sl', 0, 'sp', 0, 'ns', 0, 'sw', 11)
     end

@@ -1,4 +1,5 @@
--- Read-only views of a frontier. keys[1] = "crawlq:{NAME}:".
+-- Read-only views of a frontier, and forget. Relies on shared.lua
+-- (set_keys) and seen.lua. keys[1] = "crawlq:{NAME}:".
 -- args[1] = 'counts': returns {queued, leased, seen, accepted, duplicates,
 --   capped, popped, released, expired} (crawlq.Counters); args[2] is
 --   'bloom' when seen is counted in meta, 'timed' when by `seen_at` (seen_ttl),
@@ -28,20 +29,7 @@ local function seen(P, args)
   end
   local bits, hashes = tonumber(args[3]), tonumber(args[4])
   for i = 5, #args do
-    local h1, h2 = struct.unpack('>I4I4', args[i])
-    local ops = {}
-    for j = 0, hashes - 1 do
-      ops[#ops + 1] = 'GET'
-      ops[#ops + 1] = 'u1'
-      ops[#ops + 1] = (h1 + j * h2) % bits
-    end
-    local all = 1
-    for _, bit in ipairs(redis.call('BITFIELD_RO', P .. 'bloom', unpack(ops))) do
-      if bit == 0 then
-        all = 0
-      end
-    end
-    out[#out + 1] = all
+    out[#out + 1] = bloom_has(args[i], bits, hashes) and 1 or 0 -- (K_BLOOM is P .. 'bloom')
   end
   return out
 end

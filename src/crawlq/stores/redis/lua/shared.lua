@@ -1,0 +1,243 @@
+-- crawlq's Redis function library, shared part: the data layout (the keys
+-- below), the state of the current call, and the helpers every other part
+-- uses (key names and per-crawl caches, server time, integers and times as
+-- text, meta counters, chunked commands). It relies on no other file. The
+-- Python side (Library.PARTS) joins the parts into one library (FUNCTION
+-- LOAD): this file, then seen.lua (dedup), hosts.lua (host records and
+-- pacing), queues.lua (per-host lists), leases.lua (lease records and their
+-- end) and refill.lua (the frame of a changing call: begin, take, conclude,
+-- replay), then the entry points (add.lua, pop.lua, ack_or_release.lua,
+-- control.lua, read.lua, inspect.lua, open.lua), so each local function is
+-- defined before the text that calls it. The library is named after a hash
+-- of its source so different crawlq versions can share a server; its top
+-- level runs once at load, so a call pays only for its own work.
+--
+-- Keys, all under keys[1] = "crawlq:{NAME}:" (the hash tag puts one crawl in
+-- one cluster slot; per-host keys are derived here from that prefix):
+--   meta     hash    format, lifo, dedup settings, counters: seq (ids handed
+--                    to adds: every request offered), seen (Bloom), capped,
+--                    accepted, popped (unpops take off), released, expired,
+--                    and queued (the count before format 4, else 0: the
+--                    queue's size is queued + accepted - popped + released +
+--                    expired), seq0 (seq before format 4)
+--   seen     set     16-byte fingerprints (exact dedup of a crawl created
+--                    before format 5; newer ones use s:B)
+--   s:B      hash    exact dedup since format 5: fingerprints in buckets
+--                    (see "Exact dedup" in seen.lua); meta keeps sl, sp, ns, sw
+--   bloom    string  Bloom filter bits (Bloom dedup)
+--   l:LANE:HOST list  queued requests of one host in one lane, in the order
+--                    they go out: each entry is the 15-digit id then the
+--                    encoded request. A lane is a score S (= -priority, an
+--                    integer below 2^32 in magnitude) and a direction: LANE
+--                    is S as text for FIFO ids (counting up from 0), S .. 'L'
+--                    for LIFO ids (counting down from 10^15 - 1, so above
+--                    every FIFO id: a batch added in LIFO order comes after
+--                    the FIFO ones of its priority). Ids of a lane only grow
+--                    (LIFO: shrink) from add to add, so an add is one RPUSH
+--                    (LPUSH); a request that comes back (release, expiry,
+--                    unpop) is put at its place by id. A list keeps its
+--                    entries packed (listpacks of 8 KB) however long it
+--                    grows: a queued request costs its payload and ~20 bytes
+--                    more, where a hash of id -> payload cost ~70 (Redis
+--                    keeps small hashes packed only for values of at most 64
+--                    bytes).
+--   i:HOST   zset    the lanes of a host's non-empty lists but its head's,
+--                    score = 2 S (+ 1 for an L lane), member = LANE: when
+--                    the head's lane empties, ZPOPMIN gives the next one
+--   q:HOST   zset    (format 5, read only by upgrade_queues) queued ids but
+--                    the head: score = -priority, member = 15-digit id
+--   p        hash    id -> encoded request of a leased request, and of the
+--                    head of a host with no list (its only queued request:
+--                    a list key costs ~170 bytes more than a hash entry)
+--                    (in format 5, of every queued request). A leased
+--                    request's is deleted at its ack, read when it comes back
+--   hosts    hash    HOST -> struct '>BI4dd' (flag, leased, ready_at ms, head
+--                    score) .. head id, then 'p' when the head is the host's
+--                    only queued request, kept in `p` (absent when nothing
+--                    is queued; else the head is the first entry of its list
+--                    l:LANE:HOST). Flag
+--                    R: filed in `ready`; D: filed in `delayed`; I: at its
+--                    concurrency limit, filed nowhere until a lease ends. A
+--                    host with nothing queued or leased whose delay has passed
+--                    is forgotten (its field deleted).
+--   ready    zset    one member per ready host: score = its head's score,
+--                    member = 8-digit lease count .. head id .. HOST, so ZPOPMIN
+--                    takes the highest priority, then the fewest leases, then
+--                    the oldest (newest, with lifo) request: the order of
+--                    stores/base.py, in O(log hosts).
+--   delayed  zset    HOST scored by the time (ms of Redis TIME, with a
+--                    fraction) its delay ends
+--   leases   zset    request id scored by its lease deadline (ms)
+--   accepted hash    HOST -> requests of the host ever accepted
+--   seen_at  hash    16-byte fingerprint -> ms of server time it was recorded
+--                    (dedup with seen_ttl, instead of `seen`)
+--   blocks   hash    HOST -> "<until> <pacing time before the block>" (ms):
+--                    while blocked, the host's ready time is its block's end
+--   policy   hash    HOST -> "<delay ms> <concurrency>" (either may be
+--                    empty): the host's own pacing, over the caller's
+--   lease    hash    id -> "<token> <score> <ready_at set by the pop, in
+--                    microseconds> " .. HOST;
+--                    token = owner:call.n. Also
+--                    "@" .. owner -> outcome of the owner's last call, so a
+--                    call retried after a lost reply gets the first outcome
+--                    instead of running twice (written with the leases, in
+--                    the same HSET)
+local FLAG_R, FLAG_D, FLAG_I = 82, 68, 73
+
+-- The context of the current call, set by begin(). Functions run one at a
+-- time, so these library-level variables are never shared between calls.
+local ARGS, P, K_META, K_SEEN, K_BLOOM, K_HOSTS, K_READY, K_DELAYED
+local K_LEASES, K_LEASE, K_Q, K_P, K_ACCEPTED, K_SEEN_AT, K_BLOCKS, K_POLICY, K_SEEN_B, K_L, K_I
+-- The crawl's per-host policies (see host_policies), or false if none.
+local HOST_POLICY
+local OWNER, RETRY, CALL, LEASE_MS, DELAY_MS, CONCURRENCY, REFILL, WORST, FORCE, NBUF, ARG0
+-- Server time in ms with its microseconds as a fraction, read once per call
+-- and only when needed: host delays and ready times keep the fraction (in
+-- scores and host records, both doubles), so a delay is never cut short by
+-- rounding. Lease deadlines are whole ms (rounded down).
+local NOW
+
+-- Per crawl (by key prefix), a lower bound of the earliest lease deadline and
+-- of the earliest end of a host delay, in ms of server time: a pop skips the
+-- range reads of reap() and wake() while nothing can be due. They live in
+-- this server's Lua state, shared by every worker's calls; nil means
+-- unknown (a new server, a reloaded library), so look. Only these functions
+-- add leases or delayed hosts, and a removal keeps a lower bound low enough;
+-- keys written behind their back (a restored dump, another crawlq version's
+-- library) are seen within BOUND_MS, the furthest a bound is ever set ahead.
+local BOUND = { expiry = {}, wake = {} }
+local BOUND_MS = 1000
+local BOUND_KEYS = 0 -- entries made; past 10,000 (the scratch crawls of
+-- self-checks add up), all are forgotten
+
+local function set_bound(kind, value)
+  local bounds = BOUND[kind]
+  if bounds[P] == nil and value ~= nil then
+    BOUND_KEYS = BOUND_KEYS + 1
+    if BOUND_KEYS > 10000 then
+      BOUND, BOUND_KEYS = { expiry = {}, wake = {} }, 1
+      bounds = BOUND[kind]
+    end
+  end
+  bounds[P] = value
+end
+
+-- Lower a known bound to `at` (an unknown one stays unknown).
+local function lower_bound(kind, at)
+  local bounds = BOUND[kind]
+  local bound = bounds[P]
+  if bound ~= nil and at < bound then
+    bounds[P] = at
+  end
+end
+-- Counters (crawlq.Counters) this call moves, written by save(): they are
+-- the only record of the queue's size (queued = queued + accepted - popped +
+-- released + expired, from the meta hash), so counting costs no command.
+local hosts, n_accepted, n_popped, n_released, n_expired
+-- Ids whose lease ended in this call (their leases and lease records go in
+-- one ZREM and one HDEL), and their payloads' ids in `p` (one HDEL).
+local ended, freed
+
+-- Key names by prefix, made once per crawl rather than once per call (each
+-- concatenation makes a string, and strings made per call feed the GC).
+local KEY_NAMES = {}
+local KEY_NAMES_MADE = 0
+-- Per crawl, its `policy` hash as a table (HOST -> {delay ms or nil,
+-- concurrency or nil}), or false when it is empty: read once per library
+-- load, kept current by control(), so pacing without host policies costs
+-- one table lookup per call.
+local POLICIES = {}
+-- The exact dedup's bucket state of the current call (see seen_state in seen.lua).
+local SEEN
+
+local function set_keys(prefix)
+  P = prefix
+  local names = KEY_NAMES[P]
+  if names == nil then
+    names = { P .. 'meta', P .. 'seen', P .. 'bloom', P .. 'hosts', P .. 'ready',
+      P .. 'delayed', P .. 'leases', P .. 'lease', P .. 'q:', P .. 'p', P .. 'accepted',
+      P .. 'seen_at', P .. 'blocks', P .. 'policy', P .. 's:', P .. 'l:', P .. 'i:' }
+    KEY_NAMES_MADE = KEY_NAMES_MADE + 1
+    if KEY_NAMES_MADE > 10000 then -- self-checks' scratch crawls add up
+      KEY_NAMES, KEY_NAMES_MADE, POLICIES = {}, 1, {}
+    end
+    KEY_NAMES[P] = names
+  end
+  K_META, K_SEEN, K_BLOOM, K_HOSTS, K_READY, K_DELAYED, K_LEASES, K_LEASE, K_Q, K_P,
+    K_ACCEPTED, K_SEEN_AT, K_BLOCKS, K_POLICY, K_SEEN_B, K_L, K_I = unpack(names)
+  SEEN = nil
+  local policies = POLICIES[P]
+  if policies == nil then
+    policies = {}
+    local flat = redis.call('HGETALL', K_POLICY)
+    for i = 1, #flat, 2 do
+      local delay, concurrency = string.match(flat[i + 1], '^(%S*) (%S*)$')
+      policies[flat[i]] = { tonumber(delay), tonumber(concurrency) }
+    end
+    if next(policies) == nil then
+      policies = false
+    end
+    POLICIES[P] = policies
+  end
+  HOST_POLICY = policies
+end
+
+-- Lease counts as the 8-digit prefix of a ready member; a table lookup is
+-- about three times cheaper than string.format in this interpreter.
+local PADDED = {}
+
+local function padded(count)
+  local text = PADDED[count]
+  if text == nil then
+    text = string.format('%08d', count)
+    if count < 4096 then
+      PADDED[count] = text
+    end
+  end
+  return text
+end
+
+-- Integers as text, small ones by table lookup rather than number
+-- formatting: a number given to redis.call is formatted too (with %.17g),
+-- and that costs as much as a cheap command. Scores and counts go as text.
+local INT_TEXT = {}
+
+local function int_text(n)
+  local text = INT_TEXT[n]
+  if text == nil then
+    text = string.format('%d', n)
+    if n < 4096 and n > -4096 then
+      INT_TEXT[n] = text
+    end
+  end
+  return text
+end
+
+-- Move the meta counter `field` by n (no command when n is 0).
+local function count_meta(field, n)
+  if n ~= 0 then
+    redis.call('HINCRBY', K_META, field, int_text(n))
+  end
+end
+
+local function now()
+  if NOW == nil then
+    local clock = redis.call('TIME')
+    NOW = tonumber(clock[1]) * 1000 + tonumber(clock[2]) / 1000
+  end
+  return NOW
+end
+
+-- Call a variadic command over a long argument list, a few thousand at a time
+-- (unpack has a C stack limit).
+local function chunked(command, key, list, stride)
+  local step = 4000 - 4000 % stride
+  for i = 1, #list, step do
+    redis.call(command, key, unpack(list, i, math.min(i + step - 1, #list)))
+  end
+end
+
+-- A time in ms with a fraction, as a score: exact (%.17g round-trips a double).
+local function time_text(ms)
+  return string.format('%.17g', ms)
+end
