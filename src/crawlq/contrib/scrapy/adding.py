@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 
 __all__ = ["PAYLOAD", "RUN", "SLOT", "TOKEN", "FrontierAdds", "Pending"]
 
+#: What `FrontierAdds.add` stores of a request: its crawlq priority, download
+#: slot, dont_filter, fingerprint, and whether it is a start request.
+Entry = tuple[int, str, bool, bytes, bool]
 #: A request held for the next flush: (crawlq request, fingerprint, a start
 #: request added in its start queue's order apart from CRAWLQ_LIFO, the
 #: Scrapy request).
@@ -81,17 +84,17 @@ class FrontierAdds:
         Raises `StoreError` when the store fails; nothing was added then.
         """
         priority = crawlq_priority(request.priority, start)
-        entry = (priority, slot, dont_filter, fingerprint, start)
+        entry: Entry = (priority, slot, dont_filter, fingerprint, start)
         if self.failed:
-            return self._add_object(self.local_source(), request, *entry), False, None
+            return self._add_object(self.local_source(), request, entry), False, None
         main = self.main
         if not self.config.durable:
-            return self._add_object(main, request, *entry), False, None
+            return self._add_object(main, request, entry), False, None
         try:
-            added = self._add_payload(main, request, *entry)
+            added = self._add_payload(main, request, entry)
         except Unserializable as exc:
             source = self.local_source() if self.config.shared else main
-            return self._add_object(source, request, *entry), False, exc
+            return self._add_object(source, request, entry), False, exc
         return added, added, None
 
     def _crawlq_request(
@@ -148,16 +151,8 @@ class FrontierAdds:
                 self._on_failed(exc)  # the request is in memory now: still added
         return True
 
-    def _add_payload(
-        self,
-        source: _Source,
-        request: scrapy.Request,
-        priority: int,
-        slot: str,
-        dont_filter: bool,
-        fingerprint: bytes,
-        start: bool,
-    ) -> bool:
+    def _add_payload(self, source: _Source, request: scrapy.Request, entry: Entry) -> bool:
+        priority, slot, dont_filter, fingerprint, start = entry
         meta: dict[str, Any] = {SLOT: slot}
         url = request.url
         creq = self._crawlq_request(url, priority, meta, dont_filter)
@@ -166,16 +161,8 @@ class FrontierAdds:
         # the URL: a URL crawlq's Request takes is stored as it is.
         return self._add(source, creq, fingerprint, start, request)
 
-    def _add_object(
-        self,
-        source: _Source,
-        request: scrapy.Request,
-        priority: int,
-        slot: str,
-        dont_filter: bool,
-        fingerprint: bytes,
-        start: bool,
-    ) -> bool:
+    def _add_object(self, source: _Source, request: scrapy.Request, entry: Entry) -> bool:
+        priority, slot, dont_filter, fingerprint, start = entry
         self._tokens += 1
         token = self._tokens
         meta: dict[str, Any] = {SLOT: slot, TOKEN: token, RUN: self._run}

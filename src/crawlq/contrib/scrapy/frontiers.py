@@ -346,9 +346,8 @@ class Frontiers(FrontierAdds):
                 objects.pop(token, None)
             start = creq.priority % 2 == 0  # see crawlq_priority
             slot = creq.meta[SLOT]
-            self._add_object(
-                local, request, creq.priority, slot, creq.dont_filter, fingerprint, start
-            )
+            entry = (creq.priority, slot, creq.dont_filter, fingerprint, start)
+            self._add_object(local, request, entry)
 
     def settle(self) -> None:
         """`flush`, marking the store `failed` instead of raising if it fails."""
