@@ -162,7 +162,10 @@ class StoreFull(StoreError):
 
     The operation that raised did not take effect; everything accepted
     before it is still stored. A full Redis refuses adds only: pops, acks
-    and releases go on (and acks free memory). Free space and retry.
+    and releases go on (and acks free memory). On a full disk a SQLite job
+    names the file system and its free space; pops and releases go on, and
+    acks left to wait (``ack_delay``) wait until a write finds room; a job
+    is opened again once there is room. Free space and retry.
     """
 
 

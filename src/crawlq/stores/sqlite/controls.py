@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 import msgspec
 
 from ..._bloom import BloomFilter
-from ..._errors import ConfigError, CrawlqError
+from ..._errors import ConfigError, CrawlqError, StoreFull
 from ..._policy import Board
 from ..base import HostList, host_details
 from .bloom import SeenFilter
@@ -75,6 +75,7 @@ class SqliteControls:
         _db: sqlite3.Connection
         _guard: Guard
         _hosts: dict[str, Host]
+        _inbox_done: int
         _seen_count: int
         _seen_ttl: float | None
         path: Path
@@ -134,7 +135,9 @@ class SqliteControls:
     def _read_inbox(self) -> int:
         """Apply the changes other processes left in the ``inbox`` table; return how many."""
         with self._guard:
-            rows = self._db.execute("SELECT id, data FROM inbox ORDER BY id").fetchall()
+            rows = self._db.execute(
+                "SELECT id, data FROM inbox WHERE id > ? ORDER BY id", (self._inbox_done,)
+            ).fetchall()
         for _, data in rows:
             try:
                 what, host, *args = msgspec.msgpack.decode(data)
@@ -142,8 +145,14 @@ class SqliteControls:
             except (ValueError, TypeError, msgspec.DecodeError, CrawlqError) as exc:
                 log.warning("job %s: a change in its inbox was not applied: %s", self.path, exc)
         if rows:
-            with self._guard:
-                self._db.execute("DELETE FROM inbox WHERE id <= ?", (rows[-1][0],))
+            try:
+                with self._guard:
+                    self._db.execute("DELETE FROM inbox WHERE id <= ?", (rows[-1][0],))
+                self._inbox_done = 0
+            except StoreFull:
+                # Applied all the same: skip them until a delete goes through
+                # (ids only restart from 1 in an empty table).
+                self._inbox_done = rows[-1][0]
         return len(rows)
 
     # -- reading and changing host controls ----------------------------------------
@@ -194,16 +203,22 @@ class SqliteControls:
         """Write host ``name``'s block and policy to the job (its row goes when it has none)."""
         block = self._board.blocks.get(name)
         delay, concurrency = self._board.overrides.get(name, (None, None))
-        with self._guard:
-            if block is None and delay is None and concurrency is None:
-                self._db.execute("DELETE FROM controls WHERE name = ?", (name,))
-            else:
-                until, pace = block if block is not None else (None, 0.0)
-                self._db.execute(
-                    "INSERT OR REPLACE INTO controls (name, blocked_until, pace, delay,"
-                    " concurrency) VALUES (?, ?, ?, ?, ?)",
-                    (name, until, pace, delay, concurrency),
-                )
+        try:
+            with self._guard:
+                if block is None and delay is None and concurrency is None:
+                    self._db.execute("DELETE FROM controls WHERE name = ?", (name,))
+                else:
+                    until, pace = block if block is not None else (None, 0.0)
+                    self._db.execute(
+                        "INSERT OR REPLACE INTO controls (name, blocked_until, pace, delay,"
+                        " concurrency) VALUES (?, ?, ?, ?, ?)",
+                        (name, until, pace, delay, concurrency),
+                    )
+        except StoreFull as exc:
+            raise StoreFull(
+                f"{exc} (host {name}'s block and policy as changed are in effect in this "
+                "process, not saved in the job: set them again once there is room)"
+            ) from None
 
     def forget(self, fingerprints: Sequence[bytes]) -> int:
         self._check_open()

@@ -9,6 +9,7 @@ a damaged database, or settings that must not change on resume.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -39,6 +40,8 @@ __all__ = [
     "connect",
     "job_path",
     "os_error",
+    "rollback",
+    "store_full",
     "transaction",
     "translate",
 ]
@@ -52,6 +55,8 @@ SCHEMA_VERSION: Final = 2
 DATABASE_NAME: Final = "crawlq.db"
 
 _SQLITE_HEADER: Final = b"SQLite format 3\x00"
+#: Bytes free under which a SQLite I/O error is taken for a full disk.
+_NEARLY_FULL: Final = 1 << 20
 
 SCHEMA: Final = (
     """
@@ -130,6 +135,8 @@ def job_path(url: str) -> Path:
 def os_error(url: str, exc: OSError) -> StoreError:
     """crawlq's error for an OS error met opening job ``url`` (permissions, mostly)."""
     where = exc.filename or url
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return store_full(job_path(url).absolute(), exc.strerror or str(exc), opening="opening it")
     if isinstance(exc, PermissionError):
         return StoreError(
             f"cannot open job {url}: permission denied on {where}; the crawler's user needs "
@@ -174,8 +181,11 @@ class JobLock:
             raise JobLocked(
                 f"job {job} is locked by pid {holder}; stop that crawl or use another job path"
             ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        # The pid only names the holder (JobLocked's message): a full disk
+        # that cannot take it leaves the lock held all the same.
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
 
     def release(self) -> None:
@@ -229,32 +239,49 @@ def transaction(db: sqlite3.Connection) -> Iterator[None]:
     db.execute("BEGIN IMMEDIATE")
     try:
         yield
+        db.execute("COMMIT")
     except BaseException:
-        db.execute("ROLLBACK")
+        rollback(db)
         raise
-    db.execute("COMMIT")
+
+
+def rollback(db: sqlite3.Connection) -> None:
+    """Roll back the failed transaction, if SQLite has not already done it.
+
+    A ``COMMIT`` that fails for a full disk (or an I/O error) has been rolled
+    back by SQLite itself: a ``ROLLBACK`` then fails ("no transaction is
+    active") and would hide the error that matters, so it runs only inside a
+    transaction, and its own failure never replaces the one being raised.
+    """
+    if db.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            db.execute("ROLLBACK")
 
 
 @contextlib.contextmanager
-def translate(path: Path) -> Iterator[None]:
-    """Turn sqlite3 errors into crawlq's, naming the job and the fix."""
+def translate(path: Path, *, opening: str = "") -> Iterator[None]:
+    """Turn sqlite3 errors into crawlq's, naming the job and the fix.
+
+    ``opening`` says what the open was doing (see `store_full`).
+    """
     try:
         yield
     except sqlite3.Error as exc:
-        raise_translated(path, exc)
+        raise_translated(path, exc, opening=opening)
 
 
-def raise_translated(path: Path, exc: sqlite3.Error) -> NoReturn:
-    """Raise crawlq's error for a sqlite3 error met on job ``path``."""
+def raise_translated(path: Path, exc: sqlite3.Error, *, opening: str = "") -> NoReturn:
+    """Raise crawlq's error for a sqlite3 error met on job ``path`` (``opening``: at open)."""
     message = str(exc)
     code = getattr(exc, "sqlite_errorcode", None)
     if code is not None:
         code &= 0xFF  # an extended code (SQLITE_READONLY_DIRECTORY...): its primary one
     if code == sqlite3.SQLITE_FULL or "disk is full" in message:
-        raise StoreFull(
-            f"no space left for job {path} ({message}); the operation was not stored, "
-            "everything accepted before it is safe: free disk space and retry"
-        ) from None
+        raise store_full(path, message, opening=opening) from None
+    if code == sqlite3.SQLITE_IOERR and (space := _space(path)) and space[1] < _NEARLY_FULL:
+        # A write SQLite does not report as SQLITE_FULL: the -shm file, made
+        # at open (32 KiB at a time), is the one a full disk refuses.
+        raise store_full(path, message, opening=opening) from None
     if code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB) or "malformed" in message:
         raise CorruptStore(
             f"job {path} is damaged ({message}); restore it from a copy. 'crawlq check "
@@ -263,6 +290,49 @@ def raise_translated(path: Path, exc: sqlite3.Error) -> NoReturn:
     if code in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM):
         raise _not_writable(path, message) from None
     raise StoreError(f"job {path}: {message}") from None
+
+
+def store_full(path: Path, message: str, *, opening: str = "") -> StoreFull:
+    """`StoreFull` for job ``path``, naming its file system and the space left there.
+
+    ``opening`` says what opening the job was doing (``"opening it"``) when
+    the open failed; otherwise the operation that raised stored nothing.
+    """
+    space = _space(path)
+    where = f"the file system holding {path.parent}"
+    if space is not None:
+        where = f"the file system at {space[0]} ({_size(space[1])} free of {_size(space[2])})"
+    what = f"no space left for job {path} on {where}"
+    if opening:
+        return StoreFull(
+            f"{what} while {opening} ({message}); nothing was changed, everything accepted "
+            "before is safe: free disk space and open the job again"
+        )
+    return StoreFull(
+        f"{what} ({message}); the operation was not stored, everything accepted before it "
+        "is safe: free disk space and retry"
+    )
+
+
+def _space(path: Path) -> tuple[Path, int, int] | None:
+    """The mount point, bytes free and size of the file system holding ``path``."""
+    try:
+        info = os.statvfs(path.parent)
+        mount = path.parent.resolve()
+        while not os.path.ismount(mount) and mount.parent != mount:
+            mount = mount.parent
+    except OSError:
+        return None
+    return mount, info.f_bavail * info.f_frsize, info.f_blocks * info.f_frsize
+
+
+def _size(count: int) -> str:
+    value, unit = float(count), ""
+    for larger in ("KiB", "MiB", "GiB", "TiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, larger
+    return f"{value:.1f} {unit}" if unit else f"{count} bytes"
 
 
 def _not_writable(path: Path, message: str) -> StoreError:
@@ -332,7 +402,7 @@ def connect(path: Path, *, synchronous: str, read_only: bool = False) -> sqlite3
         for file in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
             if file.exists() and not os.access(file, os.R_OK | os.W_OK):
                 raise _not_writable(path, f"{file.name} is not writable by this user")
-    with translate(path):
+    with translate(path, opening="opening it"):
         if read_only:
             connection = sqlite3.connect(
                 f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False

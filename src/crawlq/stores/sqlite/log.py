@@ -23,6 +23,8 @@ from typing import Any, Final, cast
 
 import msgspec
 
+from .file import rollback
+
 __all__ = ["ACK", "ADD", "LogFold", "append", "apply", "decode", "encode", "fold"]
 
 #: A log row's kind: requests added (``[row id, host, -priority, seq,
@@ -125,7 +127,7 @@ def apply(
     memory; ``totals`` replaces counters (`crawlq.Counters` figures the
     writing process keeps; not logged: statistics). Sorted bulk writes share
     pages, so the indexed writes cost a fraction of one transaction per
-    logged call.
+    logged call. If it raises, nothing changed: the log keeps every record.
     """
     rows = db.execute("SELECT id, data FROM ops ORDER BY id").fetchall()
     if not rows and not ready_at and not totals:
@@ -197,7 +199,7 @@ def apply(
             db.execute("DELETE FROM ops WHERE id <= ?", (rows[-1][0],))
         db.execute("COMMIT")
     except BaseException:
-        db.execute("ROLLBACK")
+        rollback(db)  # not after a COMMIT that SQLite rolled back (a full disk)
         raise
     return host_ids
 

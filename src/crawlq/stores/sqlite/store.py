@@ -45,6 +45,7 @@ from .file import (
     connect,
     job_path,
     os_error,
+    rollback,
     transaction,
     translate,
 )
@@ -58,7 +59,10 @@ __all__ = ["OPTIONS", "SqliteStore", "open_store"]
 OPTIONS: Final = ("synchronous",)
 
 _INBOX_EVERY: Final = 1.0  # seconds between two looks at the inbox (see controls)
-
+_APPLYING_AT_OPEN: Final = (
+    "opening it: the records in its log (the job was not closed, or its close found the "
+    "disk full) must be written to its tables first"
+)
 
 
 def open_store(
@@ -111,14 +115,20 @@ class SqliteStore(JobTables, SqliteControls):
         try:
             self._db = connect(path, synchronous=synchronous)
             try:
-                with translate(path):
+                with translate(path, opening="opening it"):
                     check_settings(
                         self._db,
                         path,
                         {"fingerprint": fingerprinter.describe(), "lifo": policy.lifo},
                         write=True,
                     )
+                # A job that was not closed (or whose close found the disk
+                # full) has records in its log: they go to the tables first.
+                # On a full disk that fails, and the open with it: StoreFull,
+                # nothing changed.
+                with translate(path, opening=_APPLYING_AT_OPEN):
                     log.apply(self._db, {}, {})
+                with translate(path):
                     self._load()
             except BaseException:
                 self._db.close()
@@ -186,9 +196,10 @@ class SqliteStore(JobTables, SqliteControls):
                 if cap is not None:
                     batch_accepted[host_name] = batch_accepted.get(host_name, 0) + 1
                 added.append(True)
-            self._capped += capped
-            self._duplicates += len(added) - len(items) - capped
+            duplicates = len(added) - len(items) - capped
             if not items and not acks:
+                self._capped += capped
+                self._duplicates += duplicates
                 return added
             logged: list[Any] = items
             if renewed:
@@ -208,11 +219,14 @@ class SqliteStore(JobTables, SqliteControls):
                     log.append(db, log.ACK, waiting + records)
                     db.execute("COMMIT")
                 except BaseException:
-                    db.execute("ROLLBACK")
+                    rollback(db)  # not after a COMMIT SQLite rolled back (a full disk)
                     raise
                 self._waiting_acks = []
-            # Logged: now, and only now, change what this process remembers.
+            # Logged: now, and only now, change what this process remembers
+            # (a write that raised, StoreFull say, leaves no trace in it).
             now = self._clock()
+            self._capped += capped
+            self._duplicates += duplicates
             self._next_id = next_id
             self._seen_count += len(batch_fingerprints) - len(renewed)
             self._unflushed_seen.update(dict.fromkeys(batch_fingerprints, at))
@@ -254,7 +268,7 @@ class SqliteStore(JobTables, SqliteControls):
             self._inbox_at = now + _INBOX_EVERY
             self._read_inbox()
         if self._waiting_acks and now - self._acks_since >= self._ack_delay:
-            self._write_acks(now)
+            self._housekeep(self._write_acks, now)  # a full disk: they wait on
         leases = self._leases
         if leases.deadlines.items and leases.deadlines.items[0] <= now:
             for row_id in leases.expired(now):
@@ -336,10 +350,13 @@ class SqliteStore(JobTables, SqliteControls):
         self._waiting_acks.extend(records)
         self._acked(row_ids, now)
         if now - self._acks_since >= self._ack_delay:
-            self._write_acks(now)
+            self._housekeep(self._write_acks, now)  # a full disk: they wait on
 
     def _write_acks(self, now: float) -> None:
-        """Log the waiting acks in a commit of their own (their delay is up, or a flush)."""
+        """Log the waiting acks in a commit of their own (their delay is up, or a flush).
+
+        If it raises (`StoreFull`), the acks are still waiting.
+        """
         with self._guard:
             log.append(self._db, log.ACK, self._waiting_acks)
         self._waiting_acks = []
@@ -347,14 +364,14 @@ class SqliteStore(JobTables, SqliteControls):
 
     def _acks_due(self, now: float) -> None:
         if self._waiting_acks and now - self._acks_since >= self._ack_delay:
-            self._write_acks(now)
+            self._housekeep(self._write_acks, now)  # a full disk: they wait on
 
     def flush(self) -> None:
         self._check_open()
         now = self._clock()
         if self._waiting_acks:
-            self._write_acks(now)
-        self._save_totals(now)
+            self._write_acks(now)  # StoreFull: the acks stay waiting
+        self._housekeep(self._save_totals, now)  # statistics: not what flush promises
 
     def _acked(self, row_ids: list[int], now: float) -> None:
         """Update memory after the acks of ``row_ids`` were logged."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+from ..._errors import StoreFull
 from ..._policy import Board, Policy, Slot
 from . import log
 from .bloom import SeenFilter
@@ -29,6 +30,7 @@ FLUSH_ROWS: Final = 4096  # logged requests and acks held before a flush
 FLUSH_OPS: Final = 4096  # log rows held before a flush
 FLUSH_AGE: Final = 0.25  # seconds a log row may wait for a flush
 TOTALS_EVERY: Final = 1.0  # seconds a writing crawler's counters may go unsaved
+RETRY_AFTER: Final = 1.0  # seconds before a housekeeping write that found the disk full is retried
 
 
 class JobTables:
@@ -89,6 +91,7 @@ class JobTables:
             board.place(host, now)
         self._seen_filter = SeenFilter(self.path, self._seen_count)
         self._inbox_at = 0.0  # the inbox is read at the first pop
+        self._inbox_done = 0  # inbox rows applied whose delete found the disk full: up to it
         # Leases held when the job was last closed or killed came back: they
         # are re-deliveries. (Pops since a killed process's last flush were
         # not saved: count them as made, so popped = acked + released + expired.)
@@ -99,6 +102,8 @@ class JobTables:
             self._popped -= held
         self._saved_totals: dict[str, int] = {}
         self._totals_at = 0.0
+        # No housekeeping write (`_housekeep`) before then: the last one found the disk full.
+        self._retry_at = 0.0
 
     def _acked_total(self) -> int:
         """Requests acked since the job was created: the accepted ones no longer stored."""
@@ -129,6 +134,7 @@ class JobTables:
         self._saved_totals = totals
 
     def _after_write(self, now: float) -> None:
+        """After a log record committed: flush, or save the counters, if it is time."""
         if not self._log_rows:
             self._log_since = now
         self._log_rows += 1
@@ -137,9 +143,26 @@ class JobTables:
             or len(self._unflushed) + len(self._unflushed_acks) >= FLUSH_ROWS
             or now - self._log_since >= FLUSH_AGE
         ):
-            self._flush(now)
+            self._housekeep(self._flush, now)
         elif now - self._totals_at >= TOTALS_EVERY:
-            self._save_totals(now)
+            self._housekeep(self._save_totals, now)
+
+    def _housekeep(self, write: Callable[[float], None], now: float) -> None:
+        """Run a write that no caller waits for: a flush, saving counters, writing waiting acks.
+
+        The call that gets here has done what it was asked (its log record
+        committed, or it wrote nothing), so a full disk must not make it
+        raise: the write is left for later (its data stays in the durable log
+        or in memory) and tried again after `RETRY_AFTER`, by a later call,
+        `flush`, close, or the next open. A write that meets the disk full
+        changes nothing: it is one transaction, rolled back.
+        """
+        if now < self._retry_at:
+            return
+        try:
+            write(now)
+        except StoreFull:
+            self._retry_at = now + RETRY_AFTER
 
     def _flush(self, now: float) -> None:
         """Apply the log to the tables, then move fresh requests to the index."""
