@@ -9,14 +9,19 @@ them all by pid at the end.
 Every node is a `tests.redis_server.RedisServer` started with
 ``--cluster-enabled yes`` on a free port of 127.0.0.1; ``redis-cli --cluster
 create`` joins them, and the fixture waits until every node reports
-``cluster_state:ok``. Missing ``redis-server`` or ``redis-cli`` fails the
+``cluster_state:ok``. A test may fail a primary over (`RedisCluster.failover`),
+pause one (`RedisCluster.pause`, SIGSTOP, until `RedisCluster.resume`) or
+kill it. Missing ``redis-server`` or ``redis-cli`` fails the
 test, never skips it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -101,11 +106,17 @@ class RedisCluster:
                     # A test kills primaries: keep serving the slots that remain.
                     "--cluster-require-full-coverage",
                     "no",
+                    # A node back as a replica syncs at once, not 5 s later
+                    # (writes with replicas=1 wait for it).
+                    "--repl-diskless-sync-delay",
+                    "0",
                 ),
                 port=_free_cluster_port(),
             )
             for i in range(primaries * (1 + replicas))
         ]
+        # Ports of the nodes SIGSTOPped now (`pause`): not asked anything.
+        self.paused: set[int] = set()
 
     def url(self, crawl: str, *, seeds: int = 2) -> str:
         """``redis+cluster://`` naming the first ``seeds`` nodes, for crawl ``crawl``."""
@@ -137,7 +148,7 @@ class RedisCluster:
     def wait_ok(self, timeout: float = _READY_TIMEOUT) -> None:
         """Wait until every running node says ``cluster_state:ok`` and knows every node."""
         deadline = time.monotonic() + timeout
-        running = [s for s in self.servers if s.process is not None]
+        running = [s for s in self.servers if s.process is not None and s.port not in self.paused]
         while time.monotonic() < deadline:
             infos = [_command(s.port, "CLUSTER", "INFO") for s in running]
             known = b"cluster_known_nodes:%d" % len(self.servers)
@@ -148,20 +159,75 @@ class RedisCluster:
 
     def primary_ports(self) -> list[int]:
         """Ports of the nodes that are primaries now (asked of each running node)."""
+        return self._with_role(b"master")
+
+    def replica_ports(self) -> list[int]:
+        """Ports of the running nodes that are replicas now."""
+        return self._with_role(b"slave")
+
+    def _with_role(self, role: bytes) -> list[int]:
         ports = []
         for server in self.servers:
-            if server.process is None:
+            if server.process is None or server.port in self.paused:
                 continue
-            role = _command(server.port, "ROLE")
-            if b"master" in role[:40]:
+            if role in _command(server.port, "ROLE")[:40]:
                 ports.append(server.port)
         return ports
+
+    def failover(self, replica: int, timeout: float = 30.0) -> None:
+        """``CLUSTER FAILOVER`` on a replica; return once it is a primary (its own stays up).
+
+        A manual failover waits for the replica to catch up with its
+        primary, and gives up silently after 5 s (or loses an election that
+        another one won): a replica not promoted within 3 s is asked again.
+        """
+        self.wait_until(
+            lambda: b"master_link_status:up" in _command(replica, "INFO", "replication"),
+            f"replica {replica} in sync",
+        )
+        deadline = time.monotonic() + timeout
+        while True:
+            reply = _command(replica, "CLUSTER", "FAILOVER")
+            if not reply.startswith(b"+OK"):
+                raise RuntimeError(f"CLUSTER FAILOVER on {replica} answered {reply!r}")
+            asked = time.monotonic()
+            while time.monotonic() - asked < 3.0:
+                if replica in self.primary_ports():
+                    return
+                time.sleep(0.02)
+            if time.monotonic() > deadline:
+                raise AssertionError(f"CLUSTER FAILOVER never promoted {replica}")
+
+    def pause(self, port: int) -> None:
+        """SIGSTOP a node (by pid): it stays alive but silent until `resume`."""
+        pid = self.server_on(port).pid
+        assert pid is not None
+        self.paused.add(port)
+        os.kill(pid, signal.SIGSTOP)
+
+    def resume(self, port: int) -> None:
+        """SIGCONT a node that `pause` stopped."""
+        pid = self.server_on(port).pid
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        self.paused.discard(port)
+
+    def wait_until(self, check: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+        """Poll ``check`` every 50 ms until it is true; fail naming ``what`` after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while not check():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the cluster never got there: {what}")
+            time.sleep(0.05)
 
     def server_on(self, port: int) -> RedisServer:
         return next(s for s in self.servers if s.port == port)
 
     def stop(self) -> None:
-        """Stop every node by its pid."""
+        """Stop every node by its pid (a paused one is continued first, so it can exit)."""
+        for port in list(self.paused):
+            self.resume(port)
         for server in self.servers:
             server.stop()
 

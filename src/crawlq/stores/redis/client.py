@@ -5,6 +5,10 @@
 redis-py exception into a crawlq error naming the fix, and `is_transient`
 says which ones a retry may get past. ``redis`` is imported lazily, so
 ``import crawlq`` works without the extra.
+
+Error replies are told apart by redis-py's exception classes, never by their
+text alone: redis-py strips the code from the replies it has a class for
+(``MOVED 2454 host:port`` becomes ``MovedError("2454 host:port")``).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = [
     "INSTALL_HINT",
     "MIN_SERVER",
+    "NotPrimary",
     "acquire_client",
     "is_transient",
     "redis_module",
@@ -32,8 +37,13 @@ __all__ = [
 INSTALL_HINT: Final = "the Redis store needs redis-py: pip install 'crawlq[redis]'"
 #: Oldest server crawlq's Lua runs on: Redis Functions came with 7.0.
 MIN_SERVER: Final = (7, 0)
-# MOVED and ASK come from a Redis Cluster whose slots moved (a failover, a
-# reshard): a link that can reroute (`Link.reroute`) retries on the new owner.
+# Replies a retry may get past, by their code. redis-py raises most of them
+# as their own classes, their text without the code (see `_reply_code`);
+# BUSY (a script running too long) keeps its code in the text. MOVED and ASK
+# come from a Redis Cluster whose slots moved (a failover, a reshard), as do
+# READONLY (a demoted primary, in a cluster or behind Sentinel), TRYAGAIN,
+# CLUSTERDOWN and MASTERDOWN: a link that can reroute (`Link.reroute`) reads
+# the slot map again and retries on the node serving its keys now.
 _TRANSIENT_REPLIES: Final = (
     "LOADING",
     "BUSY",
@@ -44,6 +54,18 @@ _TRANSIENT_REPLIES: Final = (
     "MOVED",
     "ASK",
 )
+
+
+class NotPrimary(Exception):
+    """A node answered ``WAIT`` with an error: it is no longer a primary.
+
+    Raised by `crawlq.stores.redis.conn.Link` for a write sent with ``WAIT
+    replicas`` (a cluster crawl's ``replicas`` option) to a node that was
+    demoted meanwhile: it unblocks a waiting ``WAIT`` with ``UNBLOCKED`` and
+    refuses a new one. Transient: the call goes again, to the node serving
+    its keys now, as a retry (the function returns its first outcome if
+    that write reached the new primary, else runs it there).
+    """
 
 
 def redis_module() -> ModuleType:
@@ -98,7 +120,10 @@ def translate(exc: BaseException, location: RedisURL, doing: str) -> StoreError:
     redis = redis_module()
     errors = redis.exceptions
     where = location.display
+    code = _reply_code(exc)
     text = location.scrub(str(exc)) or type(exc).__name__
+    if code and not text.upper().startswith(code):
+        text = f"{code} {text}"  # the code redis-py took off, back in front
     upper = text.upper()
     if isinstance(exc, errors.AuthenticationError) or "WRONGPASS" in upper or "NOAUTH" in upper:
         return StoreError(
@@ -123,10 +148,21 @@ def translate(exc: BaseException, location: RedisURL, doing: str) -> StoreError:
             "Popping, acking and releasing still work and free memory; raise maxmemory, "
             "or use Bloom dedup (bloom_capacity=...) to shrink the seen set"
         )
+    if isinstance(exc, NotPrimary) or code in _MOVING:
+        return StoreUnavailable(
+            f"Redis at {where} kept answering that it no longer serves the crawl's keys while "
+            f"{doing} ({text}), until the retries gave up; a failover or a reshard is under "
+            "way or stuck: check the cluster (redis-cli --cluster check), then call again"
+        )
     if isinstance(exc, errors.ConnectionError | errors.TimeoutError):
         return StoreUnavailable(
             f"cannot reach Redis at {where} while {doing} ({text}); check that the server is "
             "running and that the host, port and TLS setting of the frontier URL are right"
+        )
+    if code in _TRANSIENT_REPLIES:
+        return StoreUnavailable(
+            f"Redis at {where} was not ready while {doing} ({text}), until the retries gave "
+            "up; it may pass: call again, or raise retry_timeout"
         )
     if "WRONGTYPE" in upper:
         return IncompatibleStore(
@@ -137,12 +173,45 @@ def translate(exc: BaseException, location: RedisURL, doing: str) -> StoreError:
 
 
 def is_transient(exc: BaseException) -> bool:
-    """True for failures that retrying the same call may get past."""
+    """True for failures that retrying the same call may get past.
+
+    Connection failures and timeouts; the replies of `_TRANSIENT_REPLIES`
+    (a cluster's redirections among them), by redis-py's class or by code;
+    and `NotPrimary`.
+    """
     errors = redis_module().exceptions
+    if isinstance(exc, NotPrimary):
+        return True
     if isinstance(exc, errors.AuthenticationError | errors.AuthorizationError):
         return False
     if isinstance(exc, errors.ConnectionError | errors.TimeoutError):
         return True
-    if isinstance(exc, errors.ResponseError):
-        return str(exc).upper().startswith(_TRANSIENT_REPLIES)
-    return False
+    return bool(_reply_code(exc))
+
+
+#: Codes of the replies of a node that does not serve the keys asked for now.
+_MOVING: Final = ("MOVED", "ASK", "READONLY")
+
+
+def _reply_code(exc: BaseException) -> str:
+    """The code of a transient error reply (MOVED, ASK, TRYAGAIN...), or "" for any other.
+
+    By redis-py's exception class where it has one (it strips the code from
+    the text), else by the text's first word.
+    """
+    errors = redis_module().exceptions
+    if not isinstance(exc, errors.ResponseError):
+        return ""
+    for cls, code in (
+        ("MovedError", "MOVED"),  # before AskError: a subclass of it
+        ("AskError", "ASK"),
+        ("TryAgainError", "TRYAGAIN"),
+        ("MasterDownError", "MASTERDOWN"),  # before ClusterDownError: a subclass of it
+        ("ClusterDownError", "CLUSTERDOWN"),
+        ("ReadOnlyError", "READONLY"),
+    ):
+        found = getattr(errors, cls, None)
+        if found is not None and isinstance(exc, found):
+            return code
+    first = str(exc).lstrip().partition(" ")[0].upper()
+    return first if first in _TRANSIENT_REPLIES else ""

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..._errors import StoreError, StoreFull, StoreUnavailable
-from .client import is_transient, redis_module, translate
+from .client import NotPrimary, is_transient, redis_module, translate
 from .config import RedisURL
 from .library import library
 from .wire import as_bytes, pack, read_replies, round_trip, send_packed
@@ -34,15 +34,22 @@ class Link:
     Not thread-safe: a store is used from one thread at a time.
 
     ``reroute`` (a cluster shard's link): called before each retry, it
-    returns the client of the node that serves the link's keys now (after a
-    failover or a reshard moved them), which the link then talks to.
+    reads the cluster's slot map again and returns the client of the node
+    that serves the link's keys now (after a failover or a reshard moved
+    them), which the link then talks to. Every transient failure is retried
+    so: a node that stops answering, and the replies of a node that no
+    longer serves the keys (MOVED, ASK, READONLY, TRYAGAIN, CLUSTERDOWN,
+    told apart by redis-py's exception classes, see ``client``).
 
     ``replicas`` (a cluster crawl's ``replicas`` option): every `call` is
     followed, in the same round trip, by ``WAIT replicas``, and returns only
     once that many replicas have its writes (after a failover, once the new
     primary has them again); fewer within ``retry_timeout`` raise
     `StoreUnavailable` (the write happened on the primary, and a failover
-    may lose it).
+    may lose it). ``WAIT`` answered with an error (a primary demoted
+    meanwhile: ``UNBLOCKED``, or a replica's refusal) is never taken for a
+    count: it means the node is no longer the primary (`NotPrimary`), and
+    the call is retried as above.
     """
 
     def __init__(
@@ -66,10 +73,17 @@ class Link:
         self._conn: Any = None
 
     def _follow(self) -> None:
-        """Talk to the node that serves this link's keys now, if it moved."""
+        """Talk to the node that serves this link's keys now, if it moved.
+
+        A failed look (no node answers, the slot served by none) keeps the
+        node it had: the retry loop looks again before its next try.
+        """
         if self.reroute is None:
             return
-        client = self.reroute()
+        try:
+            client = self.reroute()
+        except StoreError:
+            return
         if client is not self.client:
             self.close()
             self.client = client
@@ -92,12 +106,13 @@ class Link:
     ) -> Any:
         """Send one packed command and return its reply.
 
-        Connection resets, timeouts and transient replies (LOADING, BUSY...)
-        are retried with exponential backoff for up to ``retry_timeout``
-        seconds (sending ``retried()`` instead, when given, so a function can
-        tell a retry), then raise `StoreUnavailable`. The function library is
-        loaded again if the server lost it (a restart without persistence).
-        Any other failure raises `StoreError`.
+        Connection resets, timeouts and transient replies (LOADING, BUSY,
+        a cluster's MOVED...) are retried with exponential backoff for up to
+        ``retry_timeout`` seconds (sending ``retried()`` instead, when given,
+        so a function can tell a retry; on the node serving the keys now,
+        with ``reroute``), then raise `StoreUnavailable`. The function
+        library is loaded again if the server lost it (a restart without
+        persistence). Any other failure raises `StoreError`.
         """
         errors = redis_module().exceptions
         deadline = time.monotonic() + self.retry_timeout
@@ -110,7 +125,7 @@ class Link:
                 if not self.replicas:
                     return round_trip(conn, packed)
                 return self._confirmed(conn, round_trip(conn, packed + self._wait, 2), doing)
-            except errors.RedisError as exc:
+            except (errors.RedisError, NotPrimary) as exc:
                 if _lost_library(exc) and not reloaded:
                     # A restarted server without persistence forgot the library.
                     self.load_library(doing)
@@ -127,12 +142,27 @@ class Link:
                     packed = retried()
 
     def _confirmed(self, conn: Any, replies: list[Any], doing: str) -> Any:
-        """The reply of a command sent with ``WAIT replicas``, once they confirmed it."""
+        """The reply of a command sent with ``WAIT replicas``, once they confirmed it.
+
+        Raises the command's error reply; `NotPrimary` when ``WAIT`` answers
+        with an error (the node was demoted: the command may have run there,
+        and the caller retries it where the keys are served now).
+        """
+        errors = redis_module().exceptions
         reply, confirmed = replies
         if isinstance(reply, Exception):
             raise reply
         deadline = time.monotonic() + self.retry_timeout
-        while confirmed < self.replicas:
+        while True:
+            if isinstance(confirmed, Exception) or not isinstance(confirmed, int):
+                # Never compared: an error (UNBLOCKED, or a replica's
+                # refusal) says this node is no longer the primary.
+                raise NotPrimary(
+                    f"WAIT answered {self.location.scrub(str(confirmed))!r}: "
+                    "the node is no longer the primary"
+                )
+            if confirmed >= self.replicas:
+                return reply
             # Fewer replicas than asked for (one failed over and is not back
             # yet): wait for them, not for the function again.
             if time.monotonic() >= deadline:
@@ -142,8 +172,10 @@ class Link:
                     f"{self.retry_timeout:g} s; the write happened on the primary, but a "
                     "failover now may lose it: check the replicas (INFO replication)"
                 )
-            confirmed = round_trip(conn, self._wait)
-        return reply
+            try:
+                confirmed = round_trip(conn, self._wait)
+            except errors.ResponseError as exc:
+                confirmed = exc
 
     def send(self, packed: bytes) -> bool:
         """Send one packed command without reading its reply; `receive` reads it.
@@ -185,11 +217,14 @@ class Link:
                 if isinstance(replies[0], Exception):
                     raise replies[0]
                 return replies[0]
-            except errors.RedisError as exc:
+            except (errors.RedisError, NotPrimary) as exc:
                 if not (is_transient(exc) or _lost_library(exc)):
                     raise translate(exc, self.location, doing) from None
                 if self._conn is not None:
                     self._conn.disconnect()
+                if is_transient(exc):
+                    # The keys may have moved (a failover): retry where they are now.
+                    self._follow()
         return self.call(retried() if retried is not None else packed, doing, retried=retried)
 
     def command(self, *args: bytes | str | int, doing: str, retry: bool = True) -> Any:
@@ -261,5 +296,3 @@ def server_version(link: Link) -> tuple[int, ...]:
             parts = line.partition(":")[2].strip().split(".")
             return tuple(int(p) for p in parts if p.isdigit())
     return (0,)
-
-

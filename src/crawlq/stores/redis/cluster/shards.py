@@ -13,6 +13,7 @@ primary; every failure is a typed crawlq error without the password.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import threading
 import zlib
 from typing import TYPE_CHECKING, Any, Final
@@ -93,16 +94,29 @@ class ClusterClient:
         """The client of the primary serving ``key`` now, and its host and port.
 
         With ``refresh``, reads the cluster's slot map again first (after a
-        MOVED reply or a node that stopped answering); a failed refresh
-        keeps the map it had.
+        redirection such as MOVED, or a node that stopped answering), asking
+        the node that served ``key`` until now last: it may be the one that
+        stopped answering. A failed refresh keeps the map it had. Raises
+        `StoreUnavailable` when no node serves ``key``'s slot.
         """
         errors = redis_module().exceptions
+        failures = (errors.RedisError, errors.RedisClusterException)
         with self._lock:
-            if refresh:
-                # On failure keep the old map: the retry loop tries again.
-                with contextlib.suppress(errors.RedisError, errors.RedisClusterException):
-                    self.client.nodes_manager.initialize()
-            node = self.client.get_node_from_key(key)
+            try:
+                if refresh:
+                    manager = self.client.nodes_manager
+                    last = None
+                    with contextlib.suppress(*failures):
+                        last = self.client.get_node_from_key(key).name
+                    # On failure keep the old map: the retry loop tries again.
+                    with contextlib.suppress(*failures):
+                        if last is not None and _defers_failed_node(manager):
+                            manager.initialize(last_failed_node_name=last)
+                        else:
+                            manager.initialize()
+                node = self.client.get_node_from_key(key)
+            except failures as exc:
+                raise _translate(exc, self.location, "finding the node of a shard") from None
             return node.redis_connection, node.host, int(node.port)
 
     def primaries(self) -> list[tuple[str, int, redis.Redis]]:
@@ -154,6 +168,14 @@ class ClusterClient:
         # Closing must not mask the outcome that led here.
         with contextlib.suppress(Exception):
             self.client.close()
+
+
+def _defers_failed_node(manager: Any) -> bool:
+    """Whether redis-py's slot-map refresh can ask a node last (newer redis-py)."""
+    try:
+        return "last_failed_node_name" in inspect.signature(manager.initialize).parameters
+    except (TypeError, ValueError):  # pragma: no cover - not introspectable
+        return False
 
 
 def _check_replicas(link: Link, node: str, where: str, replicas: int) -> None:
