@@ -5,8 +5,9 @@
 # Prints the cache directory, .venv/scrapy-sdist/VERSION, which holds:
 #   scrapy-VERSION/  the unpacked sdist (its tests/ and conftest.py)
 #   site/            the test requirements these tests import (pytest-twisted or
-#                    testfixtures) and Scrapy VERSION itself when it is not the
-#                    installed one: put it first on PYTHONPATH.
+#                    testfixtures) and, when VERSION is not the installed one,
+#                    Scrapy VERSION with the Twisted the scrapy extra gives it:
+#                    put it first on PYTHONPATH.
 # Needs .venv (scripts/_venv.sh). Run again, it does nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,12 +31,29 @@ if [ ! -f "$cache/.done" ]; then
         extra+=(testfixtures)
     fi
     if [ "$version" != "$installed" ]; then
-        extra+=("scrapy==$version")
-        case $version in
-            # Its HTTP handler imports twisted.internet._sslverify._setAcceptableProtocols,
-            # which the Twisted releases of 2026 no longer have.
-            2.13.*) extra+=("Twisted==25.5.0") ;;
-        esac
+        # Scrapy VERSION with the Twisted that `pip install 'crawlq[scrapy]'`
+        # gives it: pip resolves, afresh, the extra's requirements in
+        # pyproject.toml with Scrapy pinned to VERSION. (Scrapy 2.13.4 to 2.15
+        # require Twisted<=25.5.0: their HTTP handler imports a name Twisted 26
+        # dropped, as does that of 2.13.1-2.13.3, which allow Twisted 26.)
+        twisted=$("$py" - "$version" <<'PY'
+import json, re, subprocess, sys, tomllib
+
+with open("pyproject.toml", "rb") as f:
+    extra = tomllib.load(f)["project"]["optional-dependencies"]["scrapy"]
+name = re.compile(r"[A-Za-z0-9._-]+")
+requirements = [f"scrapy=={sys.argv[1]}"]
+requirements += [r for r in extra if name.match(r).group().lower() != "scrapy"]
+report = subprocess.run(
+    [sys.executable, "-m", "pip", "install", "--quiet", "--dry-run", "--ignore-installed",
+     "--report", "-", *requirements],
+    check=True, stdout=subprocess.PIPE, text=True,
+).stdout
+print(next(item["metadata"]["version"] for item in json.loads(report)["install"]
+           if item["metadata"]["name"].lower() == "twisted"))
+PY
+        )
+        extra+=("scrapy==$version" "Twisted==$twisted")
     fi
     "$py" -m pip install --quiet --no-deps --target "$cache/site" "${extra[@]}" >&2
     touch "$cache/.done"

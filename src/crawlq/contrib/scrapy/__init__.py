@@ -56,8 +56,8 @@ the crawl's Prometheus metrics (`crawlq.metrics`) while the spider runs.
 For Scrapy's stock scheduler with ``JOBDIR``, `FifoDiskQueue` and
 `LifoDiskQueue` replace its pickle disk queues (``SCHEDULER_DISK_QUEUE``).
 
-Tested with Scrapy 2.13.1 and 2.19 (``crawlq[scrapy]`` pins
-``scrapy>=2.13.1,<2.20``), against Scrapy's own scheduler, dupefilter and
+Tested with Scrapy 2.13.4 and 2.19 (``crawlq[scrapy]`` pins
+``scrapy>=2.13.4,<2.20``), against Scrapy's own scheduler, dupefilter and
 engine tests too (``tests/scrapy/test_scrapy_suite.py``).
 Importing this module without Scrapy raises `crawlq.ConfigError` naming the
 extra to install.
