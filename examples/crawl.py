@@ -8,7 +8,9 @@ retried; a link that leads to no page (``mailto:``, ``javascript:``, ``#top``,
 a malformed href) is skipped by ``Request.from_link``; a worker cancelled in
 the middle of a page (Ctrl-C) puts the page back. With ``--job DIR`` the crawl
 is a durable SQLite job: after Ctrl-C (or a ``kill -9``) the same command
-resumes it. Needs aiohttp (``pip install 'crawlq[demo]'``).
+resumes it. A store that is away for a while (a Redis outage, a full disk)
+only pauses the workers: ``patiently`` makes the failed call again, backing
+off, for as long as it takes. Needs aiohttp (``pip install 'crawlq[demo]'``).
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import asyncio
 import logging
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
+from typing import ParamSpec, TypeVar
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -26,6 +29,8 @@ import aiohttp
 import crawlq
 
 log = logging.getLogger("crawl")
+P = ParamSpec("P")
+T = TypeVar("T")
 HREF = re.compile(r"""<a\s[^>]*?href\s*=\s*["']([^"']*)["']""", re.IGNORECASE)
 
 
@@ -36,6 +41,43 @@ async def fetch_links(session: aiohttp.ClientSession, url: str) -> tuple[str, li
         if response.content_type != "text/html":
             return str(response.url), []
         return str(response.url), HREF.findall(await response.text())
+
+
+async def patiently(call: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
+    """``await call(*args, **kwargs)``, again and again while the store is down."""
+    pause = 0.1
+    while True:
+        try:
+            return await call(*args, **kwargs)
+        except (crawlq.StoreUnavailable, crawlq.StoreFull) as exc:  # it may pass
+            log.warning("%s; trying again in %.1f s", exc, pause)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 10.0)
+
+
+async def worker(
+    scheduler: crawlq.Scheduler, session: aiohttp.ClientSession, hosts: set[str]
+) -> None:
+    while True:
+        request = await patiently(scheduler.get)  # waits for the next ready host
+        try:
+            base, hrefs = await fetch_links(session, request.url)
+        except (aiohttp.ClientError, TimeoutError) as exc:  # the page failed
+            log.warning("%s failed: %s", request.url, exc or type(exc).__name__)
+            scheduler.task_done(request)  # done: not retried
+            continue
+        except BaseException:  # cancelled mid-page: put it back, untouched
+            scheduler.release(request)
+            raise
+        depth = request.depth + 1
+        links = [
+            link
+            for href in hrefs
+            if (link := crawlq.Request.from_link(href, base=base, depth=depth))
+            and urlsplit(link.url).netloc in hosts
+        ]
+        # Its links, then its ack (the same call again after an outage).
+        await patiently(scheduler.add_many, links, ack=request)
 
 
 async def crawl(
@@ -49,31 +91,10 @@ async def crawl(
             aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session,
         ):
             await scheduler.add_many(seeds, invalid="skip")  # URLs; a bad one is skipped
-
-            async def worker() -> None:
-                while True:
-                    request = await scheduler.get()  # waits for the next ready host
-                    try:
-                        base, hrefs = await fetch_links(session, request.url)
-                    except (aiohttp.ClientError, TimeoutError) as exc:  # the page failed
-                        log.warning("%s failed: %s", request.url, exc or type(exc).__name__)
-                        scheduler.task_done(request)  # done: not retried
-                        continue
-                    except BaseException:  # cancelled mid-page: put it back, untouched
-                        scheduler.release(request)
-                        raise
-                    depth = request.depth + 1
-                    links = [
-                        link
-                        for href in hrefs
-                        if (link := crawlq.Request.from_link(href, base=base, depth=depth))
-                        and urlsplit(link.url).netloc in hosts
-                    ]
-                    await scheduler.add_many(links, ack=request)  # its links, then its ack
-
-            tasks = [asyncio.create_task(worker()) for _ in range(workers)]
+            tasks = [asyncio.create_task(worker(scheduler, session, hosts)) for _ in range(workers)]
             try:
-                await scheduler.join()  # nothing queued or in flight; WorkerFailed if one died
+                # Nothing queued or in flight; WorkerFailed if a worker died.
+                await patiently(scheduler.join)
             finally:
                 for task in tasks:
                     task.cancel()

@@ -1,0 +1,1 @@
+"""Chaos runs: crawler processes under injected faults, checked by their own logs."""
