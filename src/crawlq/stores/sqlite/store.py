@@ -261,12 +261,16 @@ class SqliteStore(JobTables, SqliteControls):
 
     # -- popping --------------------------------------------------------------
 
+    def _look_at_inbox(self, now: float) -> None:
+        """Apply the host changes other processes left in the inbox; next in a second."""
+        self._inbox_at = now + _INBOX_EVERY
+        self._read_inbox()
+
     def pop(self) -> Request | None:
         self._check_open()
         now = self._clock()
         if now >= self._inbox_at:
-            self._inbox_at = now + _INBOX_EVERY
-            self._read_inbox()
+            self._look_at_inbox(now)
         if self._waiting_acks and now - self._acks_since >= self._ack_delay:
             self._housekeep(self._write_acks, now)  # a full disk: they wait on
         leases = self._leases
@@ -417,8 +421,7 @@ class SqliteStore(JobTables, SqliteControls):
         self._check_open()
         now = self._clock()
         if now >= self._inbox_at:
-            self._inbox_at = now + _INBOX_EVERY
-            self._read_inbox()
+            self._look_at_inbox(now)
         self._acks_due(now)
         if not self._rows:
             return None
