@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
 from ..._errors import ConfigError
@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
 __all__ = ["SchedulerConfig"]
+
+_N = TypeVar("_N", int, float)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,26 +151,29 @@ def _bool(settings: BaseSettings, name: str) -> bool:
 
 
 def _seconds(settings: BaseSettings, name: str, default: float | None) -> float | None:
-    value = settings.get(name)
-    if value is None:
+    seconds = _number(settings, name, float, "a number of seconds")
+    if seconds is None:
         return default
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{name} must be a number of seconds, not {value!r}") from None
     if not math.isfinite(seconds) or seconds < 0:
-        raise ConfigError(f"{name} must be a finite number of seconds >= 0, not {value!r}")
+        raise ConfigError(
+            f"{name} must be a finite number of seconds >= 0, not {settings.get(name)!r}"
+        )
     return seconds
 
 
 def _count(settings: BaseSettings, name: str) -> int | None:
+    count = _number(settings, name, int, "an int")
+    if count is not None and count < 0:
+        raise ConfigError(f"{name} must be >= 0, not {settings.get(name)!r}")
+    return count
+
+
+def _number(settings: BaseSettings, name: str, kind: type[_N], what: str) -> _N | None:
+    """The setting ``name`` as a ``kind`` (None if unset); `ConfigError` naming ``what``."""
     value = settings.get(name)
     if value is None:
         return None
     try:
-        count = int(value)
+        return kind(value)
     except (TypeError, ValueError):
-        raise ConfigError(f"{name} must be an int, not {value!r}") from None
-    if count < 0:
-        raise ConfigError(f"{name} must be >= 0, not {value!r}")
-    return count
+        raise ConfigError(f"{name} must be {what}, not {value!r}") from None
