@@ -22,6 +22,8 @@ from .stores.base import Entry
 __all__ = ["EntryChecks", "Invalid"]
 
 _SLOT_KEY: Final = "download_slot"
+#: The fingerprint of an update's entry: stores ignore it (a release keeps the seen set).
+_NO_FINGERPRINT: Final = bytes(16)
 
 #: What ``add_many`` does with a request it cannot store: raise (the whole
 #: batch is refused) or skip it (``None`` in the result, counted in stats).
@@ -72,6 +74,34 @@ class EntryChecks:
         if meta:
             check_encodable(request)
         return (fingerprint, host, request, None)
+
+    def _update(self, request: Request, update: Request) -> Entry:
+        """The entry that replaces what a store keeps of leased ``request`` (`Frontier.release`).
+
+        ``update`` must keep what makes the request's fingerprint and host:
+        its url, method, body and ``meta["download_slot"]``; raises
+        `InvalidRequest` naming what changed, or `SerializationError` for
+        meta that cannot be stored. The entry's fingerprint is a placeholder:
+        a release leaves the seen set alone.
+        """
+        if type(update) is not Request and not isinstance(update, Request):
+            raise InvalidRequest(f"update must be a crawlq.Request, not {type(update).__name__}")
+        if update is not request:
+            slot = request.meta.get(_SLOT_KEY) if request.meta else None
+            new_slot = update.meta.get(_SLOT_KEY) if update.meta else None
+            for name, old, new in (
+                ("url", request.url, update.url),
+                ("method", request.method, update.method),
+                ("body", request.body, update.body),
+                ("meta['download_slot']", slot, new_slot),
+            ):
+                if old != new:
+                    raise InvalidRequest(
+                        f"update changes the {name} of {request!r} from {old!r} to {new!r}; "
+                        "a released request keeps its url, method, body and download_slot "
+                        "(they make its fingerprint and its host): add a new request instead"
+                    )
+        return self._entry(update, _NO_FINGERPRINT)
 
     def _prepare(
         self,

@@ -20,7 +20,6 @@ from .stores.base import Counters, Entry, HostCount, Store
 __all__ = ["Counters", "Frontier", "FrontierStats", "HostCount", "Invalid"]
 
 
-
 @dataclass(frozen=True, slots=True)
 class FrontierStats:
     """A snapshot of a frontier's counts, read from its store."""
@@ -232,11 +231,15 @@ class Frontier(EntryChecks, HostControls):
         if expect is not None:
             expect(count)
 
-    def _finish(self, leases: Sequence[Lease], *, done: bool) -> None:
-        """Ack (``done``) or release checked leases (for `Scheduler`)."""
+    def _finish(
+        self, leases: Sequence[Lease], *, done: bool, updates: Sequence[Entry | None] | None = None
+    ) -> None:
+        """Ack (``done``) or release checked leases (for `Scheduler`), ``updates`` with them."""
         self._check_open()
         if done:
             self._store.ack(leases)
+        elif updates:
+            self._store.release(leases, updates)
         else:
             self._store.release(leases)
 
@@ -333,16 +336,55 @@ class Frontier(EntryChecks, HostControls):
         """Mark several popped requests done, in one store operation (see `ack`)."""
         self._store.ack(self._leases(requests))
 
-    def release(self, request: Request) -> None:
+    def release(self, request: Request, *, update: Request | None = None) -> None:
         """Put a popped request back in its place without counting it done.
 
-        Raises `LeaseError` for a request that was never handed out.
-        """
-        self._store.release(self._leases((request,)))
+        With ``update`` (a `Request`), the request goes back with its fields
+        replaced by ``update``'s: headers, meta, callback, errback, depth,
+        priority and dont_filter (a retry count in meta, say). It keeps its
+        place: its original sequence number, filed under ``update``'s
+        priority. ``update`` must have the same url, method, body and
+        ``meta["download_slot"]`` (they make the fingerprint and the host);
+        it may be ``request`` itself, changed in place. The seen set and the
+        counters change as for a plain release; a durable store has written
+        the update when this returns. If the lease already ended (expired,
+        acked), nothing happens, update included, as for a plain release.
 
-    def release_many(self, requests: Sequence[Request]) -> None:
-        """Put several popped requests back, in one store operation."""
-        self._store.release(self._leases(requests))
+        Raises `LeaseError` for a request that was never handed out,
+        `InvalidRequest` for an ``update`` that changes what it must keep,
+        `SerializationError` for meta that cannot be stored; nothing is
+        released then.
+        """
+        leases = self._leases((request,))
+        if update is None:
+            self._store.release(leases)
+        else:
+            self._store.release(leases, (self._update(request, update),))
+
+    def release_many(
+        self, requests: Sequence[Request], *, updates: Sequence[Request | None] | None = None
+    ) -> None:
+        """Put several popped requests back, in one store operation.
+
+        ``updates``, one per request (None: released unchanged), replaces
+        their fields as `release` does. Every request is checked before
+        anything is released: one bad update releases none.
+        """
+        leases = self._leases(requests)
+        if updates is None:
+            self._store.release(leases)
+            return
+        updates = list(updates)
+        if len(updates) != len(leases):
+            raise InvalidRequest(
+                f"release_many got {len(updates)} updates for {len(leases)} requests; "
+                "give one per request (None: unchanged)"
+            )
+        entries = [
+            None if update is None else self._update(request, update)
+            for request, update in zip(requests, updates, strict=True)
+        ]
+        self._store.release(leases, entries if any(entries) else None)
 
     def flush(self) -> None:
         """Make every ack made so far durable now.

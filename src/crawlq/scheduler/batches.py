@@ -197,22 +197,24 @@ class BatchedCalls:
             self._finish(self._ahead.popleft()[0], done=False)
 
     def _retry_writes(self, out: Outcome) -> None:
-        if not (out.unwritten_acks or out.unwritten_releases):
+        releases = len(out.unwritten_releases) + len(out.unwritten_updated)
+        if not (out.unwritten_acks or releases):
             return
         if self._frontier.closed:
             logger.info(
                 "%d acks and %d releases not written: the frontier was closed; "
                 "their requests come back when their leases expire",
                 len(out.unwritten_acks),
-                len(out.unwritten_releases),
+                releases,
             )
             return
         logger.warning(
             "writing %d acks and %d releases failed (%s); tried again with the next batch",
             len(out.unwritten_acks),
-            len(out.unwritten_releases),
+            releases,
             out.write_error,
         )
         assert self._thread is not None
         self._thread.pending.acks[:0] = out.unwritten_acks
         self._thread.pending.releases[:0] = out.unwritten_releases
+        self._thread.pending.updated[:0] = out.unwritten_updated

@@ -61,6 +61,7 @@ from .waiting import Waiting
 
 __all__ = ["Scheduler", "SchedulerStats"]
 
+
 @dataclass(frozen=True, slots=True)
 class SchedulerStats:
     """A snapshot of a scheduler and its frontier."""
@@ -306,16 +307,19 @@ class Scheduler(Waiting, BatchedCalls, WorkerWatch):
 
     # -- finishing ------------------------------------------------------------
 
-    def _finish(self, request: Request, *, done: bool) -> None:
-        """Ack (``done``) or release a request now, or with the next batch."""
+    def _finish(self, request: Request, *, done: bool, update: Request | None = None) -> None:
+        """Ack (``done``) or release (with ``update``) a request now, or with the next batch."""
         if self._thread is None:
             if done:
                 self._frontier.ack(request)
             else:
-                self._frontier.release(request)
+                self._frontier.release(request, update=update)
             return
         leases = self._frontier._leases((request,))
         pending = self._thread.pending
+        if update is not None:  # checked now: the caller gets InvalidRequest
+            pending.updated.append((leases[0], self._frontier._update(request, update)))
+            return
         (pending.acks if done else pending.releases).extend(leases)
 
     def _release_held(self, request: Request) -> None:
@@ -338,14 +342,19 @@ class Scheduler(Waiting, BatchedCalls, WorkerWatch):
         self._holdings.forget(request)
         self._changed()
 
-    def release(self, request: Request) -> None:
+    def release(self, request: Request, *, update: Request | None = None) -> None:
         """Put a request returned by `get` back in its place, not done.
 
         For a request the worker could not finish now and wants fetched again
         (it is handed out again, in its place). Works after ``close()``.
-        Raises `LeaseError` for a request this frontier never handed out.
+        ``update`` replaces its fields as `Frontier.release` says (a retry
+        count in meta, say); with a store that does I/O it is written with
+        the next batch, as the release is. Raises `LeaseError` for a request
+        this frontier never handed out, `InvalidRequest` for an ``update``
+        that changes its url, method, body or download slot (then nothing
+        is released).
         """
-        self._finish(request, done=False)
+        self._finish(request, done=False, update=update)
         self._holdings.forget(request)
         self._changed()
 

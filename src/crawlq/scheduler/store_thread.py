@@ -68,6 +68,8 @@ class Batch:
     adds: list[Add] = field(default_factory=list)
     acks: list[Lease] = field(default_factory=list)
     releases: list[Lease] = field(default_factory=list)
+    #: Releases with an update: the lease, and the entry of the updated request.
+    updated: list[tuple[Lease, Entry]] = field(default_factory=list)
     #: Requests to pop (one per waiting getter).
     pops: int = 0
     #: Requests to pop for getters expected soon (see `BatchedCalls._take_ahead`).
@@ -81,7 +83,9 @@ class Batch:
     counts_read: int = 0
 
     def __bool__(self) -> bool:
-        return bool(self.adds or self.acks or self.releases or self.pops or self.counts)
+        return bool(
+            self.adds or self.acks or self.releases or self.updated or self.pops or self.counts
+        )
 
 
 @dataclass(slots=True)
@@ -93,6 +97,7 @@ class Outcome:
     #: Acks or releases not written (an error): tried again with the next batch.
     unwritten_acks: list[Lease] = field(default_factory=list)
     unwritten_releases: list[Lease] = field(default_factory=list)
+    unwritten_updated: list[tuple[Lease, Entry]] = field(default_factory=list)
     write_error: CrawlqError | None = None
     popped: list[Request] = field(default_factory=list)
     pop_error: CrawlqError | None = None
@@ -109,11 +114,16 @@ def run_batch(frontier: Frontier, batch: Batch) -> Outcome:
     """
     out = Outcome()
     with frontier._lock:
-        if batch.releases:
+        if batch.releases or batch.updated:
+            leases = batch.releases + [lease for lease, _ in batch.updated]
+            updates: list[Entry | None] | None = None
+            if batch.updated:
+                updates = [None] * len(batch.releases) + [entry for _, entry in batch.updated]
             try:
-                frontier._finish(batch.releases, done=False)
+                frontier._finish(leases, done=False, updates=updates)
             except CrawlqError as exc:
                 out.unwritten_releases, out.write_error = batch.releases, exc
+                out.unwritten_updated = batch.updated
         # The pops below (the waiting getters', and those leased ahead for
         # the adding workers) are leased with the write (or the first pop),
         # behind its links; none is leased ahead of a batch without pops.
@@ -280,9 +290,9 @@ class StoreThread:
         if self._flight is not None:
             concurrent.futures.wait((self._flight,))
         pending = self.pending
-        if pending.acks or pending.releases:
-            now = Batch(acks=pending.acks, releases=pending.releases)
-            pending.acks, pending.releases = [], []
+        if pending.acks or pending.releases or pending.updated:
+            now = Batch(acks=pending.acks, releases=pending.releases, updated=pending.updated)
+            pending.acks, pending.releases, pending.updated = [], [], []
             self._owner._settle(now, run_batch(self._frontier, now))
 
     async def close(self) -> None:

@@ -17,6 +17,19 @@ Lifecycle
     already acked, or was handed out before the store was reopened, does
     nothing: delivery is at-least-once.
 
+Release with an update
+    `Store.release` may take, per lease, an `Entry` built from the caller's
+    updated request (``Frontier.release(request, update=)``): the request
+    goes back with its stored fields (payload, or the object itself in
+    memory) replaced by the entry's, in its original sequence number under
+    the entry's priority. `Frontier` has checked that url, method, body and
+    host (slot) are unchanged, so the host in the entry is the lease's; the
+    entry's fingerprint is unused (the seen set is not touched). Counted as a
+    release; the queued count does not change. The update is applied only if
+    the lease is current, as the release itself is; a durable store writes it
+    before `release` returns, in its one ordered stream of writes (Redis: in
+    the function call that releases).
+
 Order
     Among ready requests the highest priority comes first. Within a priority,
     the host with the fewest leased requests wins; then first accepted, first
@@ -243,8 +256,14 @@ class Store(Protocol):
         """Finish the leased requests behind these handles (ended ones: nothing)."""
         ...
 
-    def release(self, leases: Sequence[object]) -> None:
-        """Put the leased requests behind these handles back in their places."""
+    def release(
+        self, leases: Sequence[object], updates: Sequence[Entry | None] | None = None
+    ) -> None:
+        """Put the leased requests behind these handles back in their places.
+
+        ``updates``, one per lease (None: unchanged), replaces what is stored
+        of each request (see "Release with an update" above).
+        """
         ...
 
     def seen(self, fingerprints: Sequence[bytes]) -> list[bool]:

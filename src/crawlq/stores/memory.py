@@ -202,11 +202,37 @@ class MemoryStore:
         if len(items) > 4 * len(held) + 2048:
             self._deadlines.trim()  # a slow lease holds the front: compact
 
-    def release(self, leases: Sequence[object]) -> None:
+    def release(
+        self, leases: Sequence[object], updates: Sequence[Entry | None] | None = None
+    ) -> None:
         now = self._clock()
-        for lease in leases:
-            self._end_lease(lease, requeue=True, now=now)
+        if updates is None:
+            for lease in leases:
+                self._end_lease(lease, requeue=True, now=now)
+        else:
+            for lease, update in zip(leases, updates, strict=True):
+                if update is not None:
+                    lease = self._updated(lease, update[2])
+                self._end_lease(lease, requeue=True, now=now)
         self._deadlines.trim()
+
+    def _updated(self, lease: Any, request: Request) -> Any:
+        """Put ``request`` in the place of the one leased under ``lease``; return the new lease.
+
+        The current item (the lease) is replaced by one holding ``request``
+        under its priority and the original order, for `_end_lease` to queue.
+        A request object that carries a lease of its own (queued here, or
+        popped) is copied: each queued object has its own lease. An ended
+        lease is returned as it is: its release does nothing, update included.
+        """
+        item = self._leases.get(lease[1])
+        if item is None or item is not lease:
+            return lease
+        if request is not item[2] and request._lease is not None:
+            request = request.replace()
+        updated = new_lease(Lease, (-request.priority, item[1], request, item[3], item[4]))
+        self._leases[item[1]] = updated
+        return updated
 
     def _end_lease(self, lease: Any, *, requeue: bool, now: float, expired: bool = False) -> None:
         item = self._leases.get(lease[1])

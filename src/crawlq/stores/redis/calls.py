@@ -23,12 +23,13 @@ from ..._errors import StoreError
 from ..._fingerprint import Fingerprinter
 from ..._lease import Lease, new_lease
 from ..._request import Request, decode_request, encode_request
+from ..base import Entry
 from .config import RedisURL
 from .conn import Link
 from .memory import check_evictions
 from .wire import pack_args, pack_entries
 
-__all__ = ["EVICTION_CHECK", "FunctionCalls", "Pending", "lease_pairs"]
+__all__ = ["EVICTION_CHECK", "FunctionCalls", "Pending", "lease_pairs", "update_quads"]
 
 _FAST_DRAIN: Final = 0.2  # seconds: a batch drained sooner lets the next one grow
 #: Seconds between two looks at the server's ``evicted_keys``.
@@ -275,3 +276,23 @@ def lease_pairs(leases: Sequence[Any]) -> tuple[list[bytes], set[bytes]]:
         pairs.append(lease[1])
         hosts.add(lease[2])
     return pairs, hosts
+
+
+def update_quads(
+    leases: Sequence[Any], updates: Sequence[Entry | None]
+) -> tuple[list[bytes], set[bytes]]:
+    """(id, token, score, payload) quads of leases released with ``updates``, and their hosts.
+
+    An update's score is its new -priority; a lease without one gets an
+    empty score and payload (a plain release). See release_updated in leases.lua.
+    """
+    quads: list[bytes] = []
+    hosts = set()
+    for lease, update in zip(leases, updates, strict=True):
+        if update is None:
+            quads += (lease[0], lease[1], b"", b"")
+        else:
+            assert update[3] is not None  # the store needs payloads
+            quads += (lease[0], lease[1], b"%d" % -update[2].priority, update[3])
+        hosts.add(lease[2])
+    return quads, hosts

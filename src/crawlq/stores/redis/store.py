@@ -67,7 +67,7 @@ from ..._fingerprint import Fingerprinter
 from ..._policy import Policy
 from ..._request import Request
 from ..base import Entry, StoreCounts
-from .calls import FunctionCalls, Pending, lease_pairs
+from .calls import FunctionCalls, Pending, lease_pairs, update_quads
 from .client import acquire_client, redis_module, release_client
 from .config import RedisURL, Settings, parse_url
 from .conn import Link
@@ -355,15 +355,18 @@ class RedisStore(FunctionCalls, RedisControls):
         pairs, hosts = lease_pairs(leases)
         self._finish_pairs(mode, pairs, hosts, doing)
 
-    def _finish_pairs(self, mode: bytes, pairs: list[bytes], hosts: set[bytes], doing: str) -> None:
-        # Calls of at most _FINISH_CHUNK leases: Lua unpacks them onto its stack.
-        for start in range(0, len(pairs), 2 * _FINISH_CHUNK):
-            chunk = pairs[start : start + 2 * _FINISH_CHUNK]
+    def _finish_pairs(
+        self, mode: bytes, pairs: list[bytes], hosts: set[bytes], doing: str, stride: int = 2
+    ) -> None:
+        # Calls of at most _FINISH_CHUNK leases (of ``stride`` arguments each:
+        # pairs, or release_updated's quads): Lua unpacks them onto its stack.
+        for start in range(0, len(pairs), stride * _FINISH_CHUNK):
+            chunk = pairs[start : start + stride * _FINISH_CHUNK]
             buffer = self._buffer
             # A prefetched request of an acked host was picked with that host's
             # old lease count: its place may change, so give the batch back.
             force = bool(buffer) and (self._stale() or any(h in hosts for _, h in buffer))
-            extra = [mode, b"%d" % (len(chunk) // 2), *chunk]
+            extra = [mode, b"%d" % (len(chunk) // stride), *chunk]
             self._call(b"ack_or_release", self._refill(True), force, extra, doing)
 
     def ack(self, leases: Sequence[object]) -> None:
@@ -397,9 +400,15 @@ class RedisStore(FunctionCalls, RedisControls):
             self._finish_pairs(b"a", self._waiting, self._waiting_hosts, "acking")
             self._waiting, self._waiting_hosts = [], set()
 
-    def release(self, leases: Sequence[object]) -> None:
+    def release(
+        self, leases: Sequence[object], updates: Sequence[Entry | None] | None = None
+    ) -> None:
         self.flush()
-        self._finish(b"r", leases, "releasing")
+        if updates is None:
+            self._finish(b"r", leases, "releasing")
+        else:  # payloads replaced in the call that releases (release_updated in leases.lua)
+            quads, hosts = update_quads(leases, updates)
+            self._finish_pairs(b"u", quads, hosts, "releasing", 4)
 
     def counts(self) -> StoreCounts:
         self.flush()  # the server's lease counts then include this worker's acks

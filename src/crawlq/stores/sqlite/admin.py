@@ -82,9 +82,10 @@ def export(url: str) -> Iterator[Request]:
     with reading(url) as (db, _):
         log = read_log(db)
         acked = set(log.acked)
+        updated = log.updated  # released with an update since the last flush
         for row_id, payload in db.execute("SELECT id, payload FROM requests ORDER BY id"):
             if row_id not in acked:
-                yield decode_request(payload)
+                yield decode_request(updated[row_id][3] if row_id in updated else payload)
         # Logged rows are newer than every row of the table (ids only grow).
         for row_id in sorted(log.added):
             yield decode_request(log.added[row_id][3])

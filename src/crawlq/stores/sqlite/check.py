@@ -88,7 +88,7 @@ def _invariants(db: sqlite3.Connection, report: CheckReport) -> None:
     for row_id, payload in db.execute("SELECT id, payload FROM requests ORDER BY id"):
         stored += 0 if row_id in acked else 1
         _decodes(payload, f"request {row_id}", bad)
-    for row_id, (_, _, _, payload) in sorted(log.added.items()):
+    for row_id, (_, _, _, payload) in sorted({**log.updated, **log.added}.items()):
         _decodes(payload, f"logged request {row_id}", bad)
     _listed(problems, bad, "requests do not decode")
     report.requests = stored + len(log.added)

@@ -1,7 +1,8 @@
 """The SQLite job's leases: held in memory only, so pop and release write nothing.
 
 After a crash every request that was not acked is queued again, which is what
-a lease ending means, so a lease needs no disk write. A lease's handle is
+a lease ending means, so a lease needs no disk write (a release with an
+update writes the update, not the lease: see `JobTables._release_updated`). A lease's handle is
 a `Lease` ``(store, row id, -priority, seq, host, origin)``; the current lease of a row is the
 very handle tuple held for it, so an older handle of the same row (released or
 expired, then leased again) is told apart by identity, and one handed out
@@ -49,6 +50,11 @@ class Leases:
         _, _, negprio, seq, host, _ = self._held.pop(row_id)
         host.leased -= 1
         return (negprio, seq), host
+
+    def key_of(self, row_id: int) -> Key | None:
+        """The key a row is leased under now; None if it is not leased."""
+        handle = self._held.get(row_id)
+        return None if handle is None else (handle[2], handle[3])
 
     def expired(self, now: float) -> list[int]:
         """Row ids whose lease deadline has passed, oldest first (still held)."""

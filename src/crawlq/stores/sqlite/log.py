@@ -1,8 +1,9 @@
 """The SQLite job's operation log (``ops``): its format, its fold, and its flush.
 
-Every ``add`` and ``ack`` appends one row to the log and commits it before
-returning: an append writes a page or two at the end of a table, so a durable
-call costs about one page write however its requests spread over hosts. The
+Every ``add``, ``ack`` and release with an update appends one row to the
+log and commits it before returning: an append writes a page or two at the
+end of a table, so a durable call costs about one page write however its
+requests spread over hosts. The
 log is the single ordered stream of writes: a parent's ack is never durable
 before the children added while it was leased.
 
@@ -25,7 +26,7 @@ import msgspec
 
 from .file import rollback
 
-__all__ = ["ACK", "ADD", "LogFold", "append", "apply", "decode", "encode", "fold"]
+__all__ = ["ACK", "ADD", "UPDATE", "LogFold", "append", "apply", "decode", "encode", "fold"]
 
 #: A log row's kind: requests added (``[row id, host, -priority, seq,
 #: fingerprint or None, payload]`` each, then a 7th item ``1`` for a
@@ -35,6 +36,11 @@ ADD: Final = 1
 #: ... or leases acked (``[row id, host, host's ready_at]`` each: an ack
 #: carries its host's pacing time, so a crash keeps it).
 ACK: Final = 2
+#: ... or requests released with an update (``[row id, host, -priority, seq,
+#: payload]`` each: the row's new priority and payload, its seq unchanged).
+#: An update of a row added since the last flush replaces its add; one of a
+#: row in the tables rewrites that row.
+UPDATE: Final = 3
 
 encode: Final = msgspec.msgpack.encode
 decode: Final = msgspec.msgpack.decode
@@ -50,6 +56,9 @@ class LogFold:
     entries: int = 0
     #: Requests added and not acked since: row id -> (host, -priority, seq, payload).
     added: dict[int, tuple[str, int, int, bytes]] = field(default_factory=dict)
+    #: Rows of the ``requests`` table updated since (and not acked): row id
+    #: -> (host, -priority, seq, payload), as the flush writes them.
+    updated: dict[int, tuple[str, int, int, bytes]] = field(default_factory=dict)
     #: Rows of the ``requests`` table that were acked since.
     acked: list[int] = field(default_factory=list)
     #: Change of each host's count of stored requests.
@@ -80,6 +89,7 @@ def fold(rows: Iterable[tuple[bytes]]) -> LogFold:
     """Fold log rows (``data`` column, in id order) into the changes they make."""
     log = LogFold()
     added = log.added
+    updated = log.updated
     delta = log.delta
     paced = log.paced
     accepted = log.accepted
@@ -103,10 +113,14 @@ def fold(rows: Iterable[tuple[bytes]]) -> LogFold:
                 if row_id > log.last_id:
                     log.last_id = row_id
             log.seen_at.extend([at] * (len(fingerprints) - len(log.seen_at)))
+        elif kind == UPDATE:
+            for row_id, host, negprio, seq, payload in items:
+                (added if row_id in added else updated)[row_id] = (host, negprio, seq, payload)
         else:
             for row_id, host, host_ready_at in items:
                 if added.pop(row_id, None) is None:
                     log.acked.append(row_id)
+                    updated.pop(row_id, None)
                     delta[host] -= 1
                 paced[host] = max(paced.get(host, 0.0), host_ready_at)
     for host, _, _, _ in added.values():
@@ -137,14 +151,14 @@ def apply(
     for host, when in log.paced.items():
         paced[host] = max(paced.get(host, 0.0), when)
     best: dict[str, _Key] = {}
-    for host, negprio, seq, _ in log.added.values():
+    for host, negprio, seq, _ in (*log.added.values(), *log.updated.values()):
         key = (negprio, seq)
         if host not in best or key < best[host]:
             best[host] = key
     db.execute("BEGIN IMMEDIATE")
     try:
         host_ids = _resolve_hosts(
-            db, known_hosts, log.delta.keys() | paced.keys() | log.accepted.keys()
+            db, known_hosts, log.delta.keys() | paced.keys() | log.accepted.keys() | best.keys()
         )
         db.executemany(
             "INSERT OR IGNORE INTO seen (fingerprint, at) VALUES (?, ?)",
@@ -166,6 +180,13 @@ def apply(
                 for row_id, (host, negprio, seq, payload) in log.added.items()
             ),
         )
+        db.executemany(
+            "UPDATE requests SET negprio = ?, seq = ?, payload = ? WHERE id = ?",
+            sorted(
+                (negprio, seq, payload, row_id)
+                for row_id, (_, negprio, seq, payload) in log.updated.items()
+            ),
+        )
         db.executemany("DELETE FROM requests WHERE id = ?", [(row_id,) for row_id in log.acked])
         db.executemany(
             "UPDATE hosts SET queued = queued + ?, accepted = accepted + ?,"
@@ -182,7 +203,7 @@ def apply(
                     *_hint(best.get(host), 1),
                     host_ids[host],
                 )
-                for host in log.delta.keys() | log.accepted.keys()
+                for host in log.delta.keys() | log.accepted.keys() | best.keys()
             ],
         )
         db.executemany(

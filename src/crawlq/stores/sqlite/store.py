@@ -15,8 +15,9 @@ After a crash, opening flushes whatever the log holds (one flush window at
 most) and then reads only the ``hosts`` rows: O(1) in queued requests. Hosts
 in memory (`hosts`) know where their next requests are; leases
 (`leases`) live in memory only, so ``pop`` and ``release`` write
-nothing; a Bloom filter (`bloom`) keeps most lookups of new URLs off
-the disk. Every SQL statement runs under the job's `Guard`.
+nothing (a release with an update logs the update: see `tables`); a
+Bloom filter (`bloom`) keeps most lookups of new URLs off the disk. Every
+SQL statement runs under the job's `Guard`.
 
 Durability: ``synchronous=NORMAL`` (default) survives a process kill, not a
 power loss; ``synchronous="full"`` also fsyncs every commit.
@@ -317,6 +318,8 @@ class SqliteStore(JobTables, SqliteControls):
         key, host = self._leases.end(row_id)
         host.hidden.discard(key)
         payload = self._unflushed.get(row_id)
+        if payload is None and self._updated:
+            payload = self._still_updated(row_id, host)
         if payload is not None:
             heappush(host.fresh, (key[0], key[1], row_id, payload))
         else:
@@ -393,9 +396,14 @@ class SqliteStore(JobTables, SqliteControls):
             self._board.place(host, now)
         self._leases.trim()
 
-    def release(self, leases: Sequence[object]) -> None:
+    def release(
+        self, leases: Sequence[object], updates: Sequence[Entry | None] | None = None
+    ) -> None:
         self._check_open()
         now = self._clock()
+        if updates is not None:
+            self._release_updated(leases, updates, now)  # logged (tables.py)
+            return
         self._acks_due(now)
         for row_id in self._current(leases):
             self._requeue(row_id, now)

@@ -5,24 +5,36 @@
 process adds to, and *flushes*: applies the log (``ops``, see `log`) to the
 tables in one transaction, then has each host read its fresh requests from
 the index. A flush runs every few thousand logged rows or a quarter second.
+
+It also releases with an update (`JobTables._release_updated`). Leases live
+in memory, so a plain release writes nothing; an update must outlive a kill,
+so it is logged (`log.UPDATE`: the row's new priority and payload, its seq
+kept) and committed before the release returns, in the one ordered stream of
+writes, with the acks waiting. The flush then rewrites the row (or, for a
+row added since the last flush, the add it replaces), and an open after a
+kill applies it like any record. Until that flush the row's old index entry
+stays hidden and the updated request waits in its host's ``fresh`` heap.
 """
 
 from __future__ import annotations
 
+from heapq import heappush
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from ..._errors import StoreFull
 from ..._policy import Board, Policy, Slot
 from . import log
 from .bloom import SeenFilter
-from .file import Guard, transaction
+from .file import Guard, rollback, transaction
 from .hosts import Host, Key, load_hosts
 from .leases import Leases
 
 if TYPE_CHECKING:
     import sqlite3
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
+
+    from ..base import Entry
 
 __all__ = ["JobTables"]
 
@@ -45,6 +57,8 @@ class JobTables:
         _waiting_acks: list[tuple[int, str, float]]
 
         def _forget(self, slot: Slot) -> None: ...
+        def _current(self, leases: Sequence[Any]) -> list[int]: ...
+        def _requeue(self, row_id: int, now: float, *, expired: bool = False) -> None: ...
 
     def _load(self) -> None:
         db = self._db
@@ -70,6 +84,9 @@ class JobTables:
         # acks of rows that are in the tables, fingerprints, and log rows.
         self._unflushed: dict[int, bytes] = {}
         self._unflushed_acks: dict[int, tuple[Host, Key]] = {}
+        # Rows of the tables whose update is logged, not flushed: row id ->
+        # (new payload, host, key of the row in the index, hidden till then).
+        self._updated: dict[int, tuple[bytes, Host, Key]] = {}
         # Fingerprints logged since the last flush, and when.
         self._unflushed_seen: dict[bytes, float] = {}
         self._log_rows = 0
@@ -183,6 +200,9 @@ class JobTables:
         self._host_ids.update(host_ids)
         for host, key in self._unflushed_acks.values():
             host.hidden.discard(key)
+        for row_id, (_, host, key) in self._updated.items():
+            if self._leases.key_of(row_id) != key:  # else leased under it now
+                host.hidden.discard(key)
         for host in self._hosts.values():
             if host.id is None:
                 host.id = host_ids.get(host.name)
@@ -196,5 +216,77 @@ class JobTables:
             host.rewound = bool(host.hidden)
         self._unflushed.clear()
         self._unflushed_acks.clear()
+        self._updated.clear()
         self._unflushed_seen.clear()
         self._log_rows = 0
+
+    # -- releasing with an update --------------------------------------------------
+
+    def _release_updated(
+        self, leases: Sequence[Any], updates: Sequence[Entry | None], now: float
+    ) -> None:
+        """Release ``leases``, replacing the requests that have an update (see the module doc).
+
+        The updates of current leases are logged in one commit, with the acks
+        waiting, before memory changes: if the commit raises (`StoreFull`),
+        nothing was released. Ended leases are skipped, update included.
+        """
+        current: dict[int, None] = {}
+        items: dict[int, tuple[int, str, int, int, bytes]] = {}
+        for lease, update in zip(leases, updates, strict=True):
+            for row_id in self._current((lease,)):  # none for an ended lease
+                current[row_id] = None
+                if update is not None:
+                    assert update[3] is not None  # the store needs payloads
+                    negprio = -update[2].priority
+                    items[row_id] = (row_id, lease[4].name, negprio, lease[3], update[3])
+        if items:
+            db = self._db
+            with self._guard:
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    if self._waiting_acks:
+                        log.append(db, log.ACK, self._waiting_acks)
+                    log.append(db, log.UPDATE, list(items.values()))
+                    db.execute("COMMIT")
+                except BaseException:
+                    rollback(db)
+                    raise
+            self._waiting_acks = []
+        for row_id in current:
+            item = items.get(row_id)
+            if item is None:
+                self._requeue(row_id, now)
+            else:
+                self._requeue_updated(row_id, item[2], item[4], now)
+        self._leases.trim()
+        if items:
+            self._after_write(now)
+
+    def _requeue_updated(self, row_id: int, negprio: int, payload: bytes, now: float) -> None:
+        """Queue a leased row again as its logged update: new priority and payload, same seq."""
+        self._released += 1
+        key, host = self._leases.end(row_id)
+        if row_id in self._unflushed:
+            host.hidden.discard(key)
+            self._unflushed[row_id] = payload  # the flush writes the update with the add
+        else:
+            # The index holds the row under its old key (the lease's, or an
+            # earlier update's) until the flush: keep that hidden.
+            before = self._updated.get(row_id)
+            index_key = key if before is None else before[2]
+            if key != index_key:
+                host.hidden.discard(key)
+            self._updated[row_id] = (payload, host, index_key)
+        new_key = (negprio, key[1])
+        heappush(host.fresh, (negprio, key[1], row_id, payload))
+        host.improve(new_key)
+        self._board.place(host, now)
+
+    def _still_updated(self, row_id: int, host: Host) -> bytes | None:
+        """A requeued row's logged, unflushed update (its index key hidden again), or None."""
+        update = self._updated.get(row_id)
+        if update is None:
+            return None
+        host.hidden.add(update[2])
+        return update[0]

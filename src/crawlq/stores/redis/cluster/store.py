@@ -385,9 +385,12 @@ class ClusterStore:
             # A host at its concurrency limit may be ready again.
             self._touch(k)
 
-    def release(self, leases: Sequence[object]) -> None:
+    def release(
+        self, leases: Sequence[object], updates: Sequence[Entry | None] | None = None
+    ) -> None:
+        update_of = dict(zip(map(id, leases), updates or (), strict=False))  # same host: shard
         for k, group in self._leases_by_shard(leases).items():
-            self._shards[k].release(group)
+            self._shards[k].release(group, updates and [update_of[id(lease)] for lease in group])
             self._touch(k)
 
     def _leases_by_shard(self, leases: Sequence[Any]) -> dict[int, list[Any]]:

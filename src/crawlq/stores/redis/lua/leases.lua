@@ -64,6 +64,18 @@ local function drop_ended()
   end
 end
 
+-- The best head score among the hosts in `affected` (name -> true), or nil.
+local function best_head(affected)
+  local best = nil
+  for name in pairs(affected) do
+    local head = hosts[name].head_score
+    if head ~= nil and (best == nil or head < best) then
+      best = head
+    end
+  end
+  return best
+end
+
 -- End the leases given as `count` (id, token) pairs from ARGS[first] on,
 -- with `how` ('ack' or 'release'). A pair whose token is not the request's
 -- current lease (acked already, or expired and leased again) is ignored.
@@ -86,12 +98,38 @@ local function end_leases(first, count, how)
     end
   end
   drop_ended()
-  local best = nil
-  for name in pairs(affected) do
-    local head = hosts[name].head_score
-    if head ~= nil and (best == nil or head < best) then
-      best = head
+  return best_head(affected)
+end
+
+-- Release the leases given as `count` (id, token, score, payload) quads
+-- from ARGS[first] on, each request going back with its stored payload
+-- replaced and filed under `score` (its new -priority) with its own id, so
+-- it keeps its place among its priority; an empty payload: a plain release.
+-- A stale token changes nothing, update included. Returns what end_leases
+-- returns.
+local function release_updated(first, count)
+  if count == 0 then
+    return nil
+  end
+  local ids = {}
+  for i = 1, count do
+    ids[i] = ARGS[first + 4 * (i - 1)]
+  end
+  local records = redis.call('HMGET', K_LEASE, unpack(ids))
+  local affected, done = {}, {}
+  for i = 1, count do
+    local at = first + 4 * (i - 1)
+    local id, record = ids[i], records[i]
+    if record and not done[id] and lease_token(record) == ARGS[at + 1] then
+      done[id] = true
+      if ARGS[at + 3] ~= '' then
+        redis.call('HSET', K_P, id, ARGS[at + 3])
+        local token, rest = string.match(record, '^(%S+) %S+ (.*)$')
+        record = token .. ' ' .. ARGS[at + 2] .. ' ' .. rest
+      end
+      affected[end_lease(id, record, 'release')] = true
     end
   end
-  return best
+  drop_ended()
+  return best_head(affected)
 end
