@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import time
 from collections import deque
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from .._batch import with_skipped
@@ -50,10 +51,11 @@ class BatchedCalls:
         batch: list[Request | str],
         acked: tuple[Request, ...],
         invalid: Invalid,
+        fingerprints: Sequence[bytes] | None = None,
     ) -> list[bool] | list[bool | None]:
         frontier = self._frontier
         frontier._check_open()
-        entries, skipped = frontier._prepare(batch, None, invalid)
+        entries, skipped = frontier._prepare(batch, fingerprints, invalid)
         leases = frontier._leases(acked) if acked else ()
         if not entries and not leases:
             added: list[bool] = []

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, overload
 
@@ -194,6 +194,7 @@ class Scheduler(Waiting, BatchedCalls, WorkerWatch):
         self,
         requests: Iterable[Request | str],
         *,
+        fingerprints: Sequence[bytes] | None = None,
         ack: Request | Iterable[Request] | None = None,
         invalid: Literal["raise"] = "raise",
     ) -> list[bool]: ...
@@ -203,6 +204,7 @@ class Scheduler(Waiting, BatchedCalls, WorkerWatch):
         self,
         requests: Iterable[Request | str],
         *,
+        fingerprints: Sequence[bytes] | None = None,
         ack: Request | Iterable[Request] | None = None,
         invalid: Invalid,
     ) -> list[bool | None]: ...
@@ -211,6 +213,7 @@ class Scheduler(Waiting, BatchedCalls, WorkerWatch):
         self,
         requests: Iterable[Request | str],
         *,
+        fingerprints: Sequence[bytes] | None = None,
         ack: Request | Iterable[Request] | None = None,
         invalid: Invalid = "raise",
     ) -> list[bool] | list[bool | None]:
@@ -229,6 +232,8 @@ class Scheduler(Waiting, BatchedCalls, WorkerWatch):
         share its commit or round trip with other coroutines' calls). Raises
         `SchedulerClosed` if the scheduler is or gets closed (nothing is
         added or acked then), and what `Frontier.add_many` raises.
+        ``fingerprints``, one per request, dedups by them instead of the
+        frontier's fingerprinter, as `Frontier.add_many` does.
         """
         batch = list(requests)
         acked: tuple[Request, ...] = ()
@@ -236,9 +241,11 @@ class Scheduler(Waiting, BatchedCalls, WorkerWatch):
             acked = (ack,) if isinstance(ack, Request) else tuple(ack)
         await self._wait_for_room()
         if self._thread is not None:
-            added = await self._add_on_thread(self._thread, batch, acked, invalid)
+            added = await self._add_on_thread(self._thread, batch, acked, invalid, fingerprints)
         else:
-            added = self._frontier.add_many(batch, ack=acked or None, invalid=invalid)
+            added = self._frontier.add_many(
+                batch, fingerprints=fingerprints, ack=acked or None, invalid=invalid
+            )
         for request in acked:
             self._holdings.forget(request)
         if self._thread is None and (acked or any(added)):

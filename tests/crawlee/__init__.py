@@ -1,0 +1,1 @@
+"""Tests of the crawlee adapter (``crawlq.contrib.crawlee``)."""
