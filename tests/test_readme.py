@@ -137,6 +137,7 @@ def test_every_python_block_is_covered() -> None:
         "docs/controls.md: At most N requests per host",
         "docs/controls.md: Crawl again after a while",
         "docs/controls.md: React to a 429 in an asyncio crawler",
+        "docs/crawlee.md: Use",
         "docs/getting-started.md: A 20-line crawler",
         "docs/scrapy.md: Scrapy",
         "docs/stores.md: Durable jobs (SQLite)",
@@ -214,6 +215,13 @@ def test_the_asyncio_block_is_the_example_file_word_for_word() -> None:
     (code,) = [code for section, code in PYTHON if section == "docs/asyncio.md: asyncio"]
     assert "async def crawl(" in code
     assert code in EXAMPLE
+
+
+def test_the_crawlee_block_is_the_example_file_word_for_word() -> None:
+    """The page's code is the example's crawl, which tests/crawlee/test_example.py runs."""
+    (code,) = [code for section, code in PYTHON if section == "docs/crawlee.md: Use"]
+    assert "RequestManager.open(" in code and "request_manager=manager" in code
+    assert code in (ROOT / "examples" / "crawlee_crawl.py").read_text()
 
 
 def test_the_cli_synopsis_lists_every_command_and_option() -> None:

@@ -2,7 +2,7 @@
 
 ``crawlq demo`` crawls a generated site served on loopback, in a resumable
 job directory. The other commands live in their own modules: `jobs`
-(``inspect``, ``export``, ``check``, ``import``, ``purge``), `hosts`, `top`
+(``inspect``, ``export``, ``check``, ``import``, ``purge``), `add`, `hosts`, `top`
 and `metrics`, each importing only `options`, never this module. Heavy or optional imports (aiohttp
 for the demo) happen inside the command that needs them, so ``crawlq --help``
 works with only the core dependencies installed.
@@ -20,6 +20,7 @@ import typer
 
 from .._version import __version__
 from . import jobs
+from .add import add
 from .hosts import hosts
 from .metrics import metrics
 from .options import DEMO_NEEDS_AIOHTTP
@@ -129,6 +130,7 @@ app.command()(jobs.export)
 app.command()(jobs.check)
 app.command("import")(jobs.import_)
 app.command()(jobs.purge)
+app.command()(add)
 app.command()(hosts)
 app.command()(top)
 app.command()(metrics)

@@ -24,6 +24,8 @@ requests of one download slot in the engine at once; 0: no limit |
 requests in the engine at once, downloading or being parsed (the re-fetches after a \
 `kill -9`); 0: no limit |
 | `CRAWLQ_LEASE_TIMEOUT` | `600` | seconds before an unfinished request is handed out again |
+| `CRAWLQ_IDLE_CLOSE` | unset: close when the crawl has nothing left | seconds a worker with \
+nothing to do stays open, looking for requests fed from outside (`crawlq add`); 0: never close |
 | `CRAWLQ_OPTIONS` | `{}` | more `crawlq.open_frontier` options, e.g. `{"synchronous": "full"}` |
 | `CRAWLQ_RETRY_AFTER_DEFAULT` | `60` | seconds `RetryAfterMiddleware` blocks a slot that \
 answered 429 or 503 without a `Retry-After` |
@@ -44,6 +46,15 @@ and `scrapy.dupefilters.BaseDupeFilter` turns deduplication off);
 sends start requests newest first; `None` orders them like the others);
 `DOWNLOAD_DELAY`, `CONCURRENT_REQUESTS_PER_DOMAIN`,
 `CONCURRENT_REQUESTS_PER_IP`.
+
+Requests fed into the crawl from outside (``crawlq add CRAWL URL...``,
+``crawlq import``, `crawlq.Frontier.add_many`) carry no Scrapy fields: each
+becomes a ``scrapy.Request`` for the spider's default callback (``parse``,
+or the callback the crawlq request names), or what the spider's
+``make_request_from_crawlq(self, request: crawlq.Request) -> scrapy.Request |
+None`` returns (None: skip it), as scrapy-redis's ``make_request_from_data``
+does. A stored request that cannot be rebuilt is logged, counted in
+``crawlq/unrebuildable`` and left in the store, never acked (see `Scheduler`).
 
 `RetryAfterMiddleware` (in ``DOWNLOADER_MIDDLEWARES``) blocks a download
 slot in the frontier when it answers 429 or 503 (for its ``Retry-After``),

@@ -74,6 +74,7 @@ from ..._open import open_frontier
 from ..._request import Request
 from .adding import PAYLOAD, RUN, SLOT, TOKEN, FrontierAdds, Pending
 from .codec import RequestCodec
+from .fed import fed_request
 from .settings import SchedulerConfig
 from .source import Source as _Source
 from .source import crawlq_priority
@@ -83,13 +84,16 @@ if TYPE_CHECKING:
 
 __all__ = ["Frontiers", "crawlq_priority"]
 
+
 class Frontiers(FrontierAdds):
     """The store, the in-memory frontier beside it when needed, and what the engine holds.
 
     ``count`` is called with the name of each crawlq stat to increment;
-    ``on_dropped(url, reason)`` with each stored request dropped while being
-    handed out (``reason`` is an exception for one that cannot be rebuilt,
-    None for a request kept in memory by an earlier run). Every method may
+    ``on_dropped(url, kind, reason)`` with each stored request not handed
+    out: ``kind`` "unrebuildable" (``reason`` the exception; the request is
+    parked, see `_park`), "lost" (kept in memory by an earlier run: acked)
+    or "declined" (the spider's ``make_request_from_crawlq`` returned None:
+    acked). Every method may
     raise the store's `StoreError`; after one, the caller sets `failed`.
     ``on_failed(error)`` reports a store failure met while writing held
     requests on the side (in `add`, which still succeeds: the requests
@@ -102,7 +106,7 @@ class Frontiers(FrontierAdds):
         config: SchedulerConfig,
         codec: RequestCodec,
         count: Callable[[str], None],
-        on_dropped: Callable[[str, Exception | None], None],
+        on_dropped: Callable[[str, str, Exception | None], None],
         on_failed: Callable[[StoreError], None],
     ) -> None:
         self.main = _Source(store)
@@ -117,6 +121,8 @@ class Frontiers(FrontierAdds):
         self.failed = False
         # id(request) -> [(request, source, crawlq request)], per handed-out request.
         self._in_flight: dict[int, list[tuple[Any, _Source, Request]]] = {}
+        #: Stored requests that cannot be rebuilt, kept leased (see `_park`).
+        self.parked: list[tuple[_Source, Request]] = []
         #: Requests handed out and not acknowledged (finished or not).
         self.handed_out = 0
         # Finished requests of the durable store whose ack is not written yet.
@@ -143,10 +149,11 @@ class Frontiers(FrontierAdds):
 
     def __len__(self) -> int:
         """Requests queued and not handed to the engine."""
-        queued = self.main.pending() + len(self._pending)
+        # The store counts parked requests as leased, hence pending: not here.
+        queued = self.main.pending() + len(self._pending) - len(self.parked)
         if self.local is None:
-            return queued
-        return queued + self.local.pending()
+            return max(0, queued)
+        return max(0, queued + self.local.pending())
 
     def seen(self, fingerprint: bytes) -> bool:
         """Whether a request with ``fingerprint`` was added (held, stored or in memory)."""
@@ -181,8 +188,10 @@ class Frontiers(FrontierAdds):
     def pop(self) -> tuple[scrapy.Request, bool] | None:
         """Hand out the next ready request and whether it came from the store's payloads.
 
-        None when nothing is ready now. A stored request that cannot be
-        rebuilt, or whose object is gone with an earlier run, is acked,
+        None when nothing is ready now. A stored request without a Scrapy
+        payload (fed from outside) becomes one (see ``fed``). One that
+        cannot be rebuilt is parked (`_park`); one whose object is gone with
+        an earlier run, or that the spider's hook declines, is acked; each is
         reported to ``on_dropped`` and skipped.
         """
         while True:
@@ -193,15 +202,23 @@ class Frontiers(FrontierAdds):
             meta = creq.meta
             token = meta.get(TOKEN)
             if token is None:
+                payload = meta.get(PAYLOAD)
                 try:
-                    request = self._codec.decode(meta[PAYLOAD], creq.url)
+                    if payload is None:  # fed from outside: see ``fed``
+                        made = fed_request(self._codec.spider, creq)
+                        if made is None:
+                            self._drop(source, creq, "declined", None)
+                            continue
+                        request = made
+                    else:
+                        request = self._codec.decode(payload, creq.url)
                 except Exception as exc:
-                    self._drop(source, creq, exc)
+                    self._park(source, creq, exc)
                     continue
             else:
                 found = source.objects.get(token) if meta.get(RUN) == self._run else None
                 if found is None:
-                    self._drop(source, creq, None)
+                    self._drop(source, creq, "lost", None)
                     continue
                 request = found
             key = id(request)
@@ -214,9 +231,20 @@ class Frontiers(FrontierAdds):
             self.handed_out += 1
             return request, token is None
 
-    def _drop(self, source: _Source, creq: Request, reason: Exception | None) -> None:
-        self._on_dropped(creq.url, reason)
+    def _drop(self, source: _Source, creq: Request, kind: str, reason: Exception | None) -> None:
+        self._on_dropped(creq.url, kind, reason)
         source.frontier.ack(creq)
+
+    def _park(self, source: _Source, creq: Request, reason: Exception) -> None:
+        """Keep a stored request that cannot be rebuilt leased, unacked, out of the engine.
+
+        It stays in the store, leased by this worker (``crawlq inspect``
+        counts it), and comes back after ``CRAWLQ_LEASE_TIMEOUT``, or at once
+        when this worker closes: at most once per lease timeout and per
+        worker start, never in a loop.
+        """
+        self.parked.append((source, creq))
+        self._on_dropped(creq.url, "unrebuildable", reason)
 
     def _pick(self) -> tuple[_Source, Request] | None:
         main = self.main
@@ -374,6 +402,7 @@ class Frontiers(FrontierAdds):
                 if owner is source
             ]
             released += len(leases)
+            leases += [creq for owner, creq in self.parked if owner is source]
             if source.held is not None:
                 leases.append(source.held)
                 source.held = None
@@ -383,6 +412,7 @@ class Frontiers(FrontierAdds):
                 with contextlib.suppress(StoreError):
                     source.frontier.release_many(leases)
         self._in_flight.clear()
+        self.parked.clear()
         self.handed_out = 0
         self.main.frontier.close()
         if self.local is not None:

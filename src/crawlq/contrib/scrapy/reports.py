@@ -2,8 +2,9 @@
 
 `OffPathReports` is the part of `Scheduler` that logs and counts what does
 not go as planned: a duplicate (through the dupefilter, as Scrapy does), a
-request that cannot be serialized (kept in memory), a stored request dropped
-while being handed out, and a store failure (stop acking, keep new requests
+request that cannot be serialized (kept in memory), a stored request that
+cannot be rebuilt (parked), lost with an earlier run or declined by the
+spider, and a store failure (stop acking, keep new requests
 in memory, close the spider: nothing is lost, it comes back on resume).
 """
 
@@ -71,9 +72,17 @@ class OffPathReports:
             )
             self._log_unserializable = False
 
-    def _dropped(self, url: str, reason: Exception | None) -> None:
-        """Log a stored request dropped while being handed out (see `Frontiers.pop`)."""
-        if reason is None:
+    def _dropped(self, url: str, kind: str, reason: Exception | None) -> None:
+        """Log a stored request not handed out (see `Frontiers.pop`)."""
+        if kind == "declined":
+            self._count("crawlq/declined")
+            logger.debug(
+                "crawlq: the spider's make_request_from_crawlq declined %(url)s (acked)",
+                {"url": url},
+                extra={"spider": self.spider},
+            )
+            return
+        if kind == "lost":
             self._count("crawlq/unserializable_lost")
             if self._log_lost:
                 logger.warning(
@@ -85,9 +94,12 @@ class OffPathReports:
                 )
                 self._log_lost = False
             return
-        self._count("crawlq/undecodable")
+        self._count("crawlq/unrebuildable")
         logger.error(
-            "crawlq dropped stored request %(url)s: it cannot be rebuilt (%(reason)s)",
+            "crawlq cannot rebuild stored request %(url)s (%(reason)s): it is not fetched "
+            "and stays in the store, leased by this worker (crawlq inspect counts it), until "
+            "this worker closes or CRAWLQ_LEASE_TIMEOUT passes; fix the spider (the method "
+            "it names, make_request_from_crawlq) to fetch it",
             {"url": url, "reason": reason},
             extra={"spider": self.spider},
         )

@@ -37,7 +37,9 @@ from .bookkeeping import Counts, RecentlySeen
 from .codec import RequestCodec
 from .dupefilter import DupeFilter
 from .engine import EngineHook, hookable, running_engine
+from .fed import record_fingerprinter
 from .frontiers import Frontiers
+from .idle import IdleClose
 from .reports import OffPathReports, logger
 from .settings import SchedulerConfig
 
@@ -95,8 +97,18 @@ class Scheduler(OffPathReports, BaseScheduler):
     ``crawlq/resumed`` (requests found in the store at open),
     ``crawlq/released`` (handed out, not finished at close),
     ``crawlq/unserializable_lost`` (kept in memory by an earlier run, gone),
-    ``crawlq/undecodable`` (stored requests that cannot be rebuilt, e.g.
-    their callback no longer exists; logged and dropped). Scrapy's stats are
+    ``crawlq/unrebuildable`` (stored requests that cannot be rebuilt, e.g.
+    their callback no longer exists: logged as errors and parked, leased and
+    not fetched, until this worker closes or their lease times out; never
+    acked), ``crawlq/declined`` (fed requests the spider's
+    ``make_request_from_crawlq`` returned None for; acked).
+
+    Fed requests: a stored request without Scrapy's fields (fed by ``crawlq
+    add``, ``crawlq import`` or ``Frontier.add_many`` from another process)
+    becomes a Scrapy request for the spider's default callback, or what the
+    spider's ``make_request_from_crawlq(request)`` returns (see ``fed``).
+    ``CRAWLQ_IDLE_CLOSE`` keeps a worker open while it waits for them (see
+    ``idle``). Scrapy's stats are
     updated in batches of a few hundred operations, and whenever the
     scheduler has nothing ready.
 
@@ -143,6 +155,7 @@ class Scheduler(OffPathReports, BaseScheduler):
         self._log_lost = True
         self._failed: StoreError | None = None
         self._recent = RecentlySeen()
+        self._idle: IdleClose | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -217,6 +230,8 @@ class Scheduler(OffPathReports, BaseScheduler):
         self._frontiers = Frontiers(
             store, config, RequestCodec(spider), self._count, self._dropped, self._store_failed
         )
+        if config.idle_close is not None and self._hook is not None:
+            self._idle = IdleClose(crawler, config.idle_close, self._wake_in)
         if self._dedup:
             self.df.attach(self._seen, self._count)
         resumed = len(store)
@@ -244,7 +259,7 @@ class Scheduler(OffPathReports, BaseScheduler):
             **config.options,
         }
         try:
-            return open_frontier(url, **options)
+            store = open_frontier(url, **options)
         except IncompatibleStore as exc:
             hint = ""
             if exc.setting == "lifo":
@@ -259,6 +274,13 @@ class Scheduler(OffPathReports, BaseScheduler):
             raise ConfigError(f"CRAWLQ_URL={url!r} (or CRAWLQ_OPTIONS): {exc}") from None
         except StoreError as exc:
             raise type(exc)(f"CRAWLQ_URL={url!r}: {exc}") from None
+        try:
+            # For ``crawlq add``: a Redis crawl keeps no fingerprinter itself.
+            record_fingerprinter(url, store.fingerprinter.describe())
+        except BaseException:
+            store.close()
+            raise
+        return store
 
     def _warn_about_settings(self) -> None:
         assert self.crawler is not None
@@ -287,6 +309,9 @@ class Scheduler(OffPathReports, BaseScheduler):
 
         Returns what the dupefilter's ``close(reason)`` returns.
         """
+        if self._idle is not None:
+            self._idle.remove()
+            self._idle = None
         if self._hook is not None:
             self._hook.remove()
             self._hook = None
@@ -298,11 +323,18 @@ class Scheduler(OffPathReports, BaseScheduler):
         frontiers.settle()  # requests held for a write are stored (or in memory) now
         main = frontiers.main
         left = main.pending() if not main.frontier.closed else 0
+        parked = len(frontiers.parked)
         memory_only = frontiers.local.pending() if frontiers.local is not None else 0
         released = frontiers.close()
         self._counts.flush()
         if released:
             self.stats.set_value("crawlq/released", released)
+        if parked:
+            logger.error(
+                "crawlq: %(parked)d stored requests could not be rebuilt (crawlq/unrebuildable)"
+                " and go back to %(store)s unfetched",
+                {"parked": parked, "store": main.frontier.url},
+            )
         if left and self.config.durable:
             logger.info(
                 "crawlq: %(left)d requests left in %(store)s (reason: %(reason)s)",
@@ -401,12 +433,18 @@ class Scheduler(OffPathReports, BaseScheduler):
             self._wake_later()
             return None
         request, stored = popped
+        if self._idle is not None:
+            self._idle.busy()
         if not self._in_engine:
             frontiers.finished(request)  # no engine to report it finished: done now
         count = self._count
         count("scheduler/dequeued")
         count("scheduler/dequeued/disk" if stored else "scheduler/dequeued/memory")
         return request
+
+    def _wake_in(self, delay: float) -> None:
+        if self._hook is not None:
+            self._hook.wake_in(delay, time.monotonic())
 
     def _wake_later(self) -> None:
         hook = self._hook

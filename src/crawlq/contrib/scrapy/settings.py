@@ -47,6 +47,9 @@ class SchedulerConfig:
     #: Start requests come out newest first within a priority (a Lifo start queue class).
     start_lifo: bool = False
     jobdir: str | None = None
+    #: Seconds a worker with nothing to do stays open (0: never closes); None:
+    #: it closes as soon as the crawl has nothing left (Scrapy's own rule).
+    idle_close: float | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> SchedulerConfig:
@@ -101,6 +104,7 @@ class SchedulerConfig:
         lease_timeout = _seconds(settings, "CRAWLQ_LEASE_TIMEOUT", 600.0)
         if lease_timeout is None or lease_timeout <= 0:
             raise ConfigError(f"CRAWLQ_LEASE_TIMEOUT must be > 0 seconds, not {lease_timeout!r}")
+        idle_close = _seconds(settings, "CRAWLQ_IDLE_CLOSE", None)
         options = settings.get("CRAWLQ_OPTIONS") or {}
         if not isinstance(options, dict) and hasattr(options, "copy_to_dict"):
             options = options.copy_to_dict()
@@ -121,6 +125,7 @@ class SchedulerConfig:
             start_requests_apart=bool(start_queue),
             start_lifo=bool(start_queue) and _is_lifo(start_queue, default=False),
             jobdir=jobdir,
+            idle_close=idle_close,
         )
 
 
