@@ -11,7 +11,6 @@ from typer.testing import CliRunner
 
 import crawlq
 from crawlq.cli import app
-from crawlq.cli.add import FINGERPRINT_FIELD
 
 runner = CliRunner()
 
@@ -112,12 +111,8 @@ def test_a_redis_crawl_is_fed_with_its_order_and_recorded_fingerprints(redis_url
     fingerprinter = scrapy_fingerprinter()
     with crawlq.open_frontier(crawl, lifo=True, fingerprinter=fingerprinter) as frontier:
         frontier.add_many(["https://a.example/?b=2&a=1"])
-    pytest.importorskip("scrapy")
-    from crawlq.contrib.scrapy.fed import FINGERPRINT_FIELD as SCRAPY_FIELD
-    from crawlq.contrib.scrapy.fed import record_fingerprinter
-
-    assert SCRAPY_FIELD == FINGERPRINT_FIELD
-    record_fingerprinter(crawl, fingerprinter.describe())  # as the Scrapy scheduler does
+    # The store recorded the fingerprinter it was opened with (as a Scrapy
+    # worker opens it), so crawlq add fingerprints the URLs the same way.
     # Scrapy's fingerprints sort the query too, but keep the fragment's absence and
     # the trailing slash: a Scrapy duplicate is seen, a new URL is added, LIFO.
     result = runner.invoke(

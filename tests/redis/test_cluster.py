@@ -332,3 +332,18 @@ def test_a_crawl_recorded_without_tags_keeps_its_shard_keys(
     tags = {key.decode().split("{", 1)[1].split("}", 1)[0] for key in keys}
     assert tags == {crawl, *(f"{crawl}:{k}" for k in range(4))}
     assert admin.inspect(url).queued == 40
+
+
+def test_crawl_settings_of_a_cluster_crawl(redis_cluster_url: str) -> None:
+    """crawlq add reads a cluster crawl's order and fingerprinter through its admin."""
+    from crawlq.stores.redis.cluster import admin as cluster_admin
+
+    url = _crawl(redis_cluster_url, "settings")
+    assert cluster_admin.crawl_settings(url) is None
+    fingerprinter = crawlq.Fingerprinter(ignore_query_params=["utm_*"])
+    crawlq.open_frontier(url, lifo=True, fingerprinter=fingerprinter).close()
+    assert cluster_admin.crawl_settings(url) == {
+        "lifo": True,
+        "fingerprint": fingerprinter.describe(),
+    }
+    cluster_admin.purge(url)

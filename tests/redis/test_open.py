@@ -85,7 +85,21 @@ def test_self_check_leaves_no_keys(redis_url: str) -> None:
     client = redis.Redis.from_url(redis_url)
     keys = sorted(k.decode() for k in client.scan_iter("crawlq:{tidy}:*"))
     client.close()
-    assert keys == ["crawlq:{tidy}:meta"]  # the crawl's settings, nothing of the probe
+    # The crawl's settings and its opener's fingerprinter, nothing of the probe.
+    assert keys == ["crawlq:{tidy}:fingerprinter", "crawlq:{tidy}:meta"]
+
+
+def test_the_crawl_records_its_openers_fingerprinter(redis_url: str) -> None:
+    """For crawlq add: the settings a fed URL needs, read through the admin interface."""
+    from crawlq.stores.redis import admin
+
+    url = redis_url + "?crawl=recorded"
+    assert admin.crawl_settings(url) is None
+    fingerprinter = crawlq.Fingerprinter(ignore_query_params=["utm_*"])
+    crawlq.open_frontier(url, lifo=True, fingerprinter=fingerprinter).close()
+    settings = admin.crawl_settings(url)
+    assert settings == {"lifo": True, "fingerprint": fingerprinter.describe()}
+    admin.purge(url)
 
 
 def test_missing_redis_py_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:

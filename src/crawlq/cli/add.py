@@ -4,33 +4,28 @@ Registered on the app by `crawlq.cli.app`. The crawl must exist (its
 workers, or an earlier crawl, created it): it is opened with the order and
 fingerprinter it was created with, so the URLs are deduplicated against what
 the crawl has seen, and a Scrapy crawl (``lifo=True``, Scrapy's
-fingerprints) opens without `IncompatibleStore`. A SQLite job records both;
-a Redis crawl records its order, and the fingerprinter its Scrapy
-scheduler last opened it with (``last_fingerprint``, see
-``crawlq.contrib.scrapy.fed``); without one, crawlq's default.
+fingerprints) opens without `IncompatibleStore`. Both are read through the
+store's admin interface (``crawl_settings``): a SQLite job records them, a
+Redis crawl its order and the fingerprinter its last worker opened it with.
 """
 
 from __future__ import annotations
 
-import json
 import sys
-from typing import Annotated, Any, Final, cast
+from typing import Annotated, Final
 
 import typer
 
 from .._errors import ConfigError, InvalidRequest, StoreError
-from .._exchange import JobReport
 from .._fingerprint import Fingerprinter
 from .._open import open_frontier, store_kind
 from .._request import Request
-from .options import clean_errors, fail, note_default_crawl, store_function
+from .options import clean_errors, fail, note_default_crawl
 
-__all__ = ["FINGERPRINT_FIELD", "add"]
+__all__ = ["add"]
 
 #: Bad URLs listed before summing up the rest.
 _MAX_BAD: Final = 20
-#: ``crawlq.contrib.scrapy.fed.FINGERPRINT_FIELD`` (that module needs Scrapy).
-FINGERPRINT_FIELD: Final = "last_fingerprint"
 
 
 def add(
@@ -105,61 +100,25 @@ def _read_urls(urls: list[str]) -> list[str]:
 
 def _crawl_options(crawl: str) -> tuple[Fingerprinter, bool]:
     """The fingerprinter and order ``crawl`` was created with; an error if there is none."""
-    kind = store_kind(crawl).name
-    if kind == "sqlite":
-        from ..stores.sqlite.admin import job_settings
-
-        settings: dict[str, Any] | None = job_settings(crawl)
-        if not settings:
-            raise ConfigError(
-                f"there is no job at {crawl}: crawlq add feeds an existing crawl; start its "
-                "crawler first, or create the job with crawlq import"
-            )
-        fingerprint = settings.get("fingerprint")
-        lifo = bool(settings.get("lifo", False))
-    elif kind == "redis":
-        fingerprint, lifo = _redis_options(crawl)
-    elif kind == "redis+cluster":
-        report = cast(JobReport, store_function(crawl, "inspect")(crawl, top=1))
-        lifo = report.settings.get("lifo") == "1"
-        stored = report.settings.get("last_fingerprint")
-        fingerprint = json.loads(stored) if stored else None
-    else:
+    kind = store_kind(crawl)
+    if kind.jobs_module is None:
         raise ConfigError(
-            f"a {kind}:// frontier lives inside its process: crawlq add feeds a SQLite job "
+            f"a {kind.name}:// frontier lives inside its process: crawlq add feeds a SQLite job "
             "or a Redis crawl"
         )
-    fingerprinter = Fingerprinter.from_description(fingerprint) if fingerprint else Fingerprinter()
-    return fingerprinter, lifo
-
-
-def _redis_options(crawl: str) -> tuple[dict[str, Any] | None, bool]:
-    """A Redis crawl's stored fingerprinter description (or None) and ``lifo``."""
-    from ..stores.redis.client import acquire_client, redis_module, release_client
-    from ..stores.redis.config import parse_url
-    from ..stores.redis.conn import Link
-
-    location = parse_url(crawl)
-    redis_module()
-    link = Link(location, acquire_client(location), retry_timeout=5.0)
-    try:
-        lifo, fingerprint = link.command(
-            b"HMGET",
-            (location.prefix + "meta").encode(),
-            "lifo",
-            FINGERPRINT_FIELD,
-            doing="reading the crawl's settings",
-        )
-    finally:
-        link.close()
-        release_client(location)
-    if lifo is None:
+    admin = kind.admin("add to")
+    settings = admin.crawl_settings(crawl)
+    if settings is None and kind.name == "sqlite":
         raise StoreError(
-            f"no crawl named {location.crawl!r} exists on {location.display}: crawlq add "
-            "feeds an existing crawl; start a worker on it first (check the ?crawl=NAME)"
+            f"there is no job at {crawl}: crawlq add feeds an existing crawl; start its "
+            "crawler first, or create the job with crawlq import"
         )
-    try:
-        description = json.loads(fingerprint) if fingerprint else None
-    except ValueError:
-        description = None
-    return description, lifo == b"1"
+    if settings is None:
+        where = getattr(admin, "display", str)(crawl)
+        raise StoreError(
+            f"no crawl named {admin.crawl_label(crawl)!r} exists on {where}: crawlq add feeds "
+            "an existing crawl; start a worker on it first (check the ?crawl=NAME)"
+        )
+    fingerprint = settings.get("fingerprint")
+    fingerprinter = Fingerprinter.from_description(fingerprint) if fingerprint else Fingerprinter()
+    return fingerprinter, bool(settings.get("lifo"))

@@ -222,6 +222,10 @@ class StoreAdmin(Protocol):
         """The crawl's name, as a metrics label."""
         ...
 
+    def crawl_settings(self, url: str) -> dict[str, Any] | None:
+        """``lifo`` and ``fingerprint`` (a `Fingerprinter.describe`) of the crawl; None: none."""
+        ...
+
 
 class Store(Protocol):
     """What a frontier needs from a backend; see the module docstring for semantics."""

@@ -31,7 +31,7 @@ import scrapy
 from ..._request import Request
 from .adding import PAYLOAD, RUN, TOKEN
 
-__all__ = ["FINGERPRINT_FIELD", "HOOK", "fed_request", "record_fingerprinter"]
+__all__ = ["HOOK", "fed_request"]
 
 #: The spider method that makes a Scrapy request from a fed crawlq request.
 HOOK: Final = "make_request_from_crawlq"
@@ -75,39 +75,3 @@ def _method(spider: Any, name: str | None, field: str) -> Any:
     if method is None or not callable(method):
         raise ValueError(f"its {field} {name!r} is not a method of spider {spider!r}")
     return method
-
-
-#: Field of a Redis crawl's meta hash where the Scrapy scheduler records its
-#: fingerprinter, so that ``crawlq add`` fingerprints fed URLs the same way
-#: (a Redis crawl records no fingerprinter of its own; a SQLite job does).
-FINGERPRINT_FIELD: Final = "last_fingerprint"
-
-
-def record_fingerprinter(url: str, description: dict[str, Any]) -> None:
-    """Record the crawl's fingerprinter in a Redis crawl's meta hash (not a cluster's).
-
-    Raises the store's `StoreError` when the server cannot be written.
-    """
-    import json
-
-    from ..._open import store_kind
-
-    if store_kind(url).name != "redis":
-        return
-    from ...stores.redis.client import acquire_client, release_client
-    from ...stores.redis.config import parse_url
-    from ...stores.redis.conn import Link
-
-    location = parse_url(url)
-    link = Link(location, acquire_client(location), retry_timeout=5.0)
-    try:
-        link.command(
-            b"HSET",
-            (location.prefix + "meta").encode(),
-            FINGERPRINT_FIELD,
-            json.dumps(description, sort_keys=True),
-            doing="recording the crawl's fingerprinter",
-        )
-    finally:
-        link.close()
-        release_client(location)

@@ -37,7 +37,6 @@ from .bookkeeping import Counts, RecentlySeen
 from .codec import RequestCodec
 from .dupefilter import DupeFilter
 from .engine import EngineHook, hookable, running_engine
-from .fed import record_fingerprinter
 from .frontiers import Frontiers
 from .idle import IdleClose
 from .reports import OffPathReports, logger
@@ -259,7 +258,7 @@ class Scheduler(OffPathReports, BaseScheduler):
             **config.options,
         }
         try:
-            store = open_frontier(url, **options)
+            return open_frontier(url, **options)
         except IncompatibleStore as exc:
             hint = ""
             if exc.setting == "lifo":
@@ -274,13 +273,6 @@ class Scheduler(OffPathReports, BaseScheduler):
             raise ConfigError(f"CRAWLQ_URL={url!r} (or CRAWLQ_OPTIONS): {exc}") from None
         except StoreError as exc:
             raise type(exc)(f"CRAWLQ_URL={url!r}: {exc}") from None
-        try:
-            # For ``crawlq add``: a Redis crawl keeps no fingerprinter itself.
-            record_fingerprinter(url, store.fingerprinter.describe())
-        except BaseException:
-            store.close()
-            raise
-        return store
 
     def _warn_about_settings(self) -> None:
         assert self.crawler is not None

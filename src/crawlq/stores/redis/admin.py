@@ -10,16 +10,19 @@ asks for the extra only when used.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..._errors import StoreError
 from ..._exchange import HostReport, JobReport
 from .config import parse_url
-from .inspection import Inspection, change_host, hosts, snapshot
+from .inspection import Inspection, change_host, close_link, hosts, open_link, settings_at, snapshot
 from .store import inspect as inspect_crawl
 from .store import purge
 
 __all__ = [
     "change_host",
     "crawl_label",
+    "crawl_settings",
     "display",
     "hosts",
     "inspect",
@@ -39,6 +42,20 @@ def display(url: str) -> str:
 def crawl_label(url: str) -> str:
     """The crawl's name, a metrics label (its URL's ``?crawl=``, else ``default``)."""
     return parse_url(url).crawl
+
+
+def crawl_settings(url: str) -> dict[str, Any] | None:
+    """What feeding the crawl needs: ``lifo`` and its crawlers' ``fingerprint``; None: no crawl.
+
+    ``fingerprint`` is the `Fingerprinter.describe` of the crawl's last
+    opener (None for a crawl opened before crawlq recorded it). Raises
+    `StoreUnavailable` when the server cannot be reached.
+    """
+    location, link = open_link(url)
+    try:
+        return settings_at(location, link)
+    finally:
+        close_link(location, link)
 
 
 def inspect(url: str, *, top: int = 10) -> JobReport:

@@ -9,6 +9,7 @@ with any settings. They are the logic behind ``crawlq inspect URL`` and
 
 from __future__ import annotations
 
+import json
 import math
 import struct
 from collections.abc import Mapping, Sequence
@@ -21,19 +22,23 @@ from ..base import Counters, HostCount, HostList, host_details
 from .client import acquire_client, redis_module, release_client
 from .config import RedisURL, parse_url
 from .conn import Link
+from .open import FINGERPRINTER_KEY
 from .wire import pack
 
 __all__ = [
     "Inspection",
     "ShardSummary",
     "change_host",
+    "close_link",
     "host_counts",
     "host_policy",
     "hosts",
     "inspect",
     "meta_counts",
+    "open_link",
     "purge",
     "server_counters",
+    "settings_at",
     "snapshot",
 ]
 
@@ -230,14 +235,16 @@ class Inspection:
         return asdict(self)
 
 
-def _open_link(url: str) -> tuple[RedisURL, Link]:
+def open_link(url: str) -> tuple[RedisURL, Link]:
+    """A link to the server of a crawl's URL, for one reading; `close_link` after."""
     location = parse_url(url)
     redis_module()
     client = acquire_client(location)
     return location, Link(location, client, retry_timeout=5.0)
 
 
-def _close_link(location: RedisURL, link: Link) -> None:
+def close_link(location: RedisURL, link: Link) -> None:
+    """Close a link `open_link` gave."""
     link.close()
     release_client(location)
 
@@ -250,11 +257,11 @@ def inspect(url: str, *, hosts: int = 20) -> Inspection:
     settings. Raises `ConfigError` for a bad URL, `StoreUnavailable` or
     `StoreError` when the server cannot be read.
     """
-    location, link = _open_link(url)
+    location, link = open_link(url)
     try:
         return inspect_at(location, link, hosts)
     finally:
-        _close_link(location, link)
+        close_link(location, link)
 
 
 def inspect_at(location: RedisURL, link: Link, hosts: int) -> Inspection:
@@ -357,11 +364,11 @@ def purge(url: str) -> int:
     `ConfigError` for a bad URL, `StoreUnavailable` or `StoreError` when the
     server cannot be reached or refuses.
     """
-    location, link = _open_link(url)
+    location, link = open_link(url)
     try:
         return purge_at(location, link)
     finally:
-        _close_link(location, link)
+        close_link(location, link)
 
 
 def purge_at(location: RedisURL, link: Link) -> int:
@@ -382,11 +389,11 @@ def purge_at(location: RedisURL, link: Link) -> int:
 
 def hosts(url: str, *, top: int = 20) -> HostList:
     """Per-host figures of the crawl at a Redis URL, without opening a frontier."""
-    location, link = _open_link(url)
+    location, link = open_link(url)
     try:
         return host_counts(link, location.prefix.encode(), top, {})
     finally:
-        _close_link(location, link)
+        close_link(location, link)
 
 
 def change_host(url: str, what: str, host: str, seconds: float | None = None) -> str:
@@ -398,11 +405,11 @@ def change_host(url: str, what: str, host: str, seconds: float | None = None) ->
     host the crawl's delay again, keeping its own concurrency. Returns what
     ``crawlq hosts`` says. Raises `StoreError` when there is no such crawl.
     """
-    location, link = _open_link(url)
+    location, link = open_link(url)
     try:
         return change_host_at(location, link, what, host, seconds)
     finally:
-        _close_link(location, link)
+        close_link(location, link)
 
 
 def change_host_at(
@@ -443,11 +450,11 @@ def snapshot(url: str, *, top: int = 20) -> tuple[int, int, int, Counters, HostL
     Raises `StoreError` when there is no such crawl, `StoreUnavailable` when
     the server cannot be reached.
     """
-    location, link = _open_link(url)
+    location, link = open_link(url)
     try:
         return snapshot_at(location, link, top)
     finally:
-        _close_link(location, link)
+        close_link(location, link)
 
 
 def snapshot_at(
@@ -481,3 +488,15 @@ def _seen(meta: Mapping[str, str], set_size: int, timed_size: int) -> int:
     if "sl" in meta:
         return int(meta.get("ns", "0") or 0)
     return set_size
+
+
+def settings_at(location: RedisURL, link: Link) -> dict[str, Any] | None:
+    """A crawl's ``lifo`` and its last opener's ``fingerprint`` description; None: no crawl."""
+    prefix = location.prefix.encode()
+    lifo, fingerprint = link.commands(
+        [(b"HGET", prefix + b"meta", b"lifo"), (b"GET", prefix + FINGERPRINTER_KEY)],
+        "reading the crawl's settings",
+    )
+    if lifo is None:
+        return None
+    return {"lifo": lifo == b"1", "fingerprint": json.loads(fingerprint) if fingerprint else None}

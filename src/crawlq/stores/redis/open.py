@@ -8,17 +8,19 @@ too old for Redis Functions, one whose memory policy may evict a crawl's keys
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Final, NamedTuple
 
 from ..._errors import ConfigError, IncompatibleStore, StoreError
+from ..._fingerprint import Fingerprinter
 from ..._policy import Policy
 from .client import MIN_SERVER
 from .config import RedisURL, Settings, bloom_shape
 from .conn import Link, server_version
 from .memory import evicting, eviction_refused, memory_fields
 
-__all__ = ["FORMAT", "Dedup", "check_server", "open_crawl"]
+__all__ = ["FINGERPRINTER_KEY", "FORMAT", "Dedup", "check_server", "open_crawl"]
 
 #: Layout version of a crawl's keys, stored in its meta hash. Opening a
 #: crawl of format 3, 4 or 5 upgrades it in place (open.lua): format 4 keeps
@@ -27,6 +29,9 @@ __all__ = ["FORMAT", "Dedup", "check_server", "open_crawl"]
 #: format 6 keeps queued requests in lists per host and priority
 #: (``upgrade_queues`` moves them, host by host, at the first open).
 FORMAT: Final = 6
+#: Key (after the crawl's prefix) of the fingerprinter its last opener used,
+#: as `Fingerprinter.describe` JSON.
+FINGERPRINTER_KEY: Final = b"fingerprinter"
 #: Hosts moved per call of ``upgrade_queues``: a call's time grows with them.
 _UPGRADE_HOSTS: Final = 100
 
@@ -76,8 +81,19 @@ def check_server(link: Link, where: str, allow_eviction: bool) -> int:
     return int(fields.get("evicted_keys") or 0)
 
 
-def open_crawl(link: Link, location: RedisURL, policy: Policy, settings: Settings) -> Dedup:
+def open_crawl(
+    link: Link,
+    location: RedisURL,
+    policy: Policy,
+    settings: Settings,
+    fingerprinter: Fingerprinter,
+) -> Dedup:
     """Create the crawl if new, record the last settings, and check the fixed ones.
+
+    The opener's fingerprinter is recorded in ``FINGERPRINTER_KEY`` (a key of
+    its own: a value this long would turn the meta hash from a listpack into
+    a hash table), so that ``crawlq add`` fingerprints fed URLs as the
+    crawlers do.
 
     Returns the crawl's dedup. Raises `IncompatibleStore` for keys of another
     layout, or a crawl created with another ``lifo`` or Bloom shape, or
@@ -120,6 +136,12 @@ def open_crawl(link: Link, location: RedisURL, policy: Policy, settings: Setting
     )
     values = [v.decode() if isinstance(v, bytes) else "" for v in stored]
     dedup = _check_stored(location, values[:7], policy, bloom_args)
+    link.command(
+        b"SET",
+        location.prefix.encode() + FINGERPRINTER_KEY,
+        json.dumps(fingerprinter.describe(), sort_keys=True),
+        doing="recording the crawl's fingerprinter",
+    )
     if values[7]:
         _upgrade_queues(link, location)
     return dedup

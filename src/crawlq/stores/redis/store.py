@@ -224,7 +224,7 @@ class RedisStore(FunctionCalls, RedisControls):
     def _open(self, policy: Policy, fingerprinter: Fingerprinter, settings: Settings) -> None:
         self._evicted = check_server(self._link, self._location.display, self._allow_eviction)
         self._link.load_library("loading crawlq's functions")
-        self._dedup: Dedup = open_crawl(self._link, self._location, policy, settings)
+        self._dedup: Dedup = open_crawl(self._link, self._location, policy, settings, fingerprinter)
         self._bloom_bits, self._bloom_hashes = self._dedup.bits, self._dedup.hashes
         if self._dedup.timed:
             ttl = self._seen_ttl

@@ -47,6 +47,7 @@ __all__ = [
     "change_host",
     "check",
     "crawl_label",
+    "crawl_settings",
     "export",
     "hosts",
     "inspect",
@@ -299,6 +300,14 @@ def _hosts(db: sqlite3.Connection, log: LogFold, top: int) -> HostList:
         now,
         lambda name: (max(0.0, ready_at.get(name, 0.0) - now), False),
     )
+
+
+def crawl_settings(url: str) -> dict[str, Any] | None:
+    """The job's ``lifo`` and ``fingerprint`` (a `Fingerprinter.describe`); None: no job."""
+    settings = job_settings(url)
+    if settings is None:
+        return None
+    return {"lifo": bool(settings.get("lifo")), "fingerprint": settings.get("fingerprint")}
 
 
 def crawl_label(url: str) -> str:

@@ -8,10 +8,19 @@ from __future__ import annotations
 
 from ...._exchange import JobReport
 from ..admin import crawl_label, display, report
-from .inspection import change_host, hosts, purge, snapshot
+from .inspection import change_host, crawl_settings, hosts, purge, snapshot
 from .inspection import inspect as inspect_crawl
 
-__all__ = ["change_host", "crawl_label", "display", "hosts", "inspect", "purge", "snapshot"]
+__all__ = [
+    "change_host",
+    "crawl_label",
+    "crawl_settings",
+    "display",
+    "hosts",
+    "inspect",
+    "purge",
+    "snapshot",
+]
 
 
 def inspect(url: str, *, top: int = 10) -> JobReport:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Final
+from typing import Any, Final
 
 from ...._errors import ConfigError, StoreError
 from ...base import Counters, HostList, merge_hosts
@@ -26,11 +26,12 @@ from ..inspection import (
     host_counts,
     inspect_at,
     purge_at,
+    settings_at,
     snapshot_at,
 )
 from .shards import ClusterClient, record_tags, shard_of
 
-__all__ = ["change_host", "hosts", "inspect", "purge", "snapshot"]
+__all__ = ["change_host", "crawl_settings", "hosts", "inspect", "purge", "snapshot"]
 
 _RETRY: Final = 5.0
 
@@ -176,3 +177,12 @@ def change_host(url: str, what: str, host: str, seconds: float | None = None) ->
             raise StoreError(f"there is no crawl {location.crawl!r} at {location.display}")
         shard, link = links[shard_of(host.encode(), len(links))]
         return change_host_at(shard, link, what, host, seconds)
+
+
+def crawl_settings(url: str) -> dict[str, Any] | None:
+    """A cluster crawl's ``lifo`` and ``fingerprint``, from its first shard; None: no crawl."""
+    with _shards(url) as (_, _, links):
+        if not links:
+            return None
+        shard, link = links[0]
+        return settings_at(shard, link)
