@@ -315,10 +315,13 @@ def test_finished_requests_leave_nothing_behind_but_their_fingerprints(
     # No queue, payload, lease deadline or ready host is left; "lease" may
     # keep this worker's last outcome (for a retried call), "hosts" pacing,
     # "accepted" one count per host (max_requests_per_host, stats); the 50
-    # fingerprints are in two dedup buckets (48 each before a split).
+    # fingerprints are in two dedup buckets (48 each before a split);
+    # "fingerprinter" the description the crawl was last opened with.
     buckets = {"s:0", "s:1"}
     assert (
-        {"meta", "accepted"} | buckets <= names <= {"meta", "hosts", "lease", "accepted"} | buckets
+        {"meta", "accepted", "fingerprinter"} | buckets
+        <= names
+        <= {"meta", "hosts", "lease", "accepted", "fingerprinter"} | buckets
     )
     accepted = client.hgetall(f"crawlq:{{{crawl}}}:accepted")
     client.close()
@@ -607,10 +610,10 @@ def test_scheduler_leases_each_request_once_per_hand_out(url: str) -> None:
             leased = 0
             take = store._take
 
-            def counting_take(reply: list[object]) -> None:
+            def counting_take(reply: list[object], started: float) -> None:
                 nonlocal leased
                 leased += (len(reply) - 2) // 4
-                take(reply)  # type: ignore[arg-type]
+                take(reply, started)  # type: ignore[arg-type]
 
             store._take = counting_take  # type: ignore[method-assign]
             await scheduler.add_many([Request(f"https://s{i}.example/") for i in range(64)])

@@ -37,9 +37,10 @@ EVICTION_CHECK: Final = 5.0
 
 #: A call packed (and maybe sent) by `FunctionCalls._call_start`: its packed
 #: command, how to pack its retry, what it does, its key prefix (None: the
-#: store's own), whether prefetched requests were held, and whether it was
-#: sent (None: not tried, `Link.call` sends it).
-Pending = tuple[bytes, Callable[[], bytes], str, "bytes | None", bool, "bool | None"]
+#: store's own), whether prefetched requests were held, whether it was sent
+#: (None: not tried, `Link.call` sends it), and when it was packed
+#: (`time.monotonic`: the leases it takes are no older).
+Pending = tuple[bytes, Callable[[], bytes], str, "bytes | None", bool, "bool | None", float]
 #: An add begun by `RedisStore.add_start`: its call, its entries, whether it
 #: carried the acks waiting, the finished leases for later calls, the hosts
 #: of those leases, and whether it was numbered for a cluster.
@@ -135,6 +136,7 @@ class FunctionCalls:
         send: bool = False,
     ) -> Pending:
         """Pack a call (and with ``send``, send it now); `_call_end` gets its reply."""
+        started = time.monotonic()
         if os.getpid() != self._pid:
             # A forked copy: the parent owns the prefetched leases.
             self._new_owner()
@@ -181,11 +183,11 @@ class FunctionCalls:
 
         packed = start + pack_args([number]) + rest
         sent = self._link.send(packed) if send else None
-        return packed, retried, doing, prefix, bool(buffer), sent
+        return packed, retried, doing, prefix, bool(buffer), sent, started
 
     def _call_end(self, pending: Pending) -> list[Any]:
         """The reply of a call `_call_start` packed (or sent), its leases taken."""
-        packed, retried, doing, prefix, buffered, sent = pending
+        packed, retried, doing, prefix, buffered, sent, started = pending
         try:
             reply: list[Any]
             if sent is None:
@@ -203,7 +205,7 @@ class FunctionCalls:
             self._suspect = False
             self._lost = None
             if reply[1] or len(reply) > 2:
-                self._take(reply)
+                self._take(reply, started)
         return reply
 
     def _refill(self, finishing: bool) -> int:
@@ -219,17 +221,21 @@ class FunctionCalls:
             return max(held, demand)
         return held or int(self._popping and finishing)
 
-    def _take(self, reply: list[Any]) -> None:
+    def _take(self, reply: list[Any], started: float) -> None:
         """Take the requests a function just leased, as prefetched ones.
 
         They replace those held if the function gave them back
-        (``reply[1]``), else they follow them.
+        (``reply[1]``), else they follow them. ``started``: when the call
+        was packed, which its leases cannot precede.
         """
         buffer = self._buffer
         if reply[1] or not buffer:
             buffer = self._buffer = deque()
-            # The staleness of a batch counts from its oldest lease.
-            self._fetched_at = time.monotonic()
+            # The staleness of a batch counts from its oldest lease: from
+            # the call's first send, not its reply, since a call retried
+            # across an outage may return a first run's leases (the same
+            # call number) that are older than the wait for the reply.
+            self._fetched_at = started
         items = iter(reply[2:])
         for id_, token, host, payload in zip(items, items, items, items, strict=True):
             request = decode_request(payload)

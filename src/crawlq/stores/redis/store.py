@@ -323,7 +323,11 @@ class RedisStore(FunctionCalls, RedisControls):
             self._popping = True
             return buffer.popleft()[0]
         buffer = self._fetch()
-        if not buffer:
+        if buffer and self._stale():
+            # Its call waited out an outage past half the lease time: its
+            # leases may have ended already; lease afresh instead.
+            buffer = self._fetch()
+        if not buffer or self._stale():
             self._popping = False
             return None
         self._popping = True
@@ -341,7 +345,9 @@ class RedisStore(FunctionCalls, RedisControls):
             buffer = self._buffer
         if not buffer or self._stale():
             buffer = self._fetch()
-            if not buffer:
+            if buffer and self._stale():
+                buffer = self._fetch()  # leases that may have ended: afresh (see pop)
+            if not buffer or self._stale():
                 self._popping = False
                 return None
         return buffer[0][0]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import threading
+import time
 import zlib
 from typing import TYPE_CHECKING, Any, Final
 
@@ -130,11 +131,31 @@ class ClusterClient:
         """Check that the cluster serves every slot and each primary runs Redis 7.0+.
 
         With ``replicas``, also that each primary has that many replicas
-        connected. Loads crawlq's function library on every primary. Raises
+        connected. Loads crawlq's function library on every primary. Slots
+        no node serves and missing replicas are what every failover passes
+        through: the check is made again (the slot map read afresh) until
+        ``retry_timeout``, then raises `StoreUnavailable` naming them. Raises
         `StoreUnavailable` for a primary that does not answer, `StoreError`
-        for slots that no node serves, a primary older than Redis 7.0, or
-        one with fewer replicas.
+        for a primary older than Redis 7.0.
         """
+        deadline = time.monotonic() + retry_timeout
+        wait = 0.05
+        while True:
+            try:
+                self._check_once(retry_timeout, replicas)
+                return
+            except _NotReady as exc:
+                if time.monotonic() + wait > deadline:
+                    raise StoreUnavailable(
+                        f"{exc}, for {retry_timeout:g} s (retry_timeout); a failover in "
+                        "progress ends by itself: open again once it has"
+                    ) from None
+            time.sleep(wait)
+            wait = min(wait * 2, 1.0)
+            with self._lock, contextlib.suppress(Exception):
+                self.client.nodes_manager.initialize()  # the slot map, afresh
+
+    def _check_once(self, retry_timeout: float, replicas: int) -> None:
         where = self.location.display
         for host, port, client in self.primaries():
             link = Link(self.location.of_shard(0, host, port), client, retry_timeout)
@@ -144,7 +165,7 @@ class ClusterClient:
                 fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
                 assigned = int(fields.get("cluster_slots_ok", "0"))
                 if fields.get("cluster_state") != "ok" or assigned < _SLOTS:
-                    raise StoreError(
+                    raise _NotReady(
                         f"the Redis Cluster at {where} is not serving every slot (node "
                         f"{host}:{port} says cluster_state:{fields.get('cluster_state', '?')}, "
                         f"{assigned} of {_SLOTS} slots ok); fix the cluster (redis-cli --cluster "
@@ -178,6 +199,10 @@ def _defers_failed_node(manager: Any) -> bool:
         return False
 
 
+class _NotReady(StoreError):
+    """A cluster state a failover passes through (`ClusterClient.check` waits it out)."""
+
+
 def _check_replicas(link: Link, node: str, where: str, replicas: int) -> None:
     info = link.command(b"INFO", b"replication", doing="checking the replicas")
     text = info.decode() if isinstance(info, bytes) else str(info)
@@ -186,7 +211,7 @@ def _check_replicas(link: Link, node: str, where: str, replicas: int) -> None:
         if line.startswith("connected_slaves:"):
             connected = int(line.partition(":")[2])
     if connected < replicas:
-        raise StoreError(
+        raise _NotReady(
             f"the primary {node} of {where} has {connected} replica(s) connected; "
             f"replicas={replicas} makes every write wait for {replicas}: add replicas "
             "to each primary, or open with a lower replicas="
