@@ -432,3 +432,47 @@ async def test_parsel_crawler_on_two_hosts_fetches_once_at_the_hosts_pace(
         times = site.times(host)
         gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
         assert min(gaps) >= delay - 0.005, (host, gaps)
+
+
+# Found by crawlee's own request-queue tests (./scripts/crawlee-suite).
+
+
+async def test_adding_leaves_the_callers_request_as_it_was(opened: Opener) -> None:
+    """crawlee's test_request_with_noascii_chars: the added request's user_data is not filled in."""
+    manager = await opened()
+    request = Request.from_url("https://crawlee.dev", user_data={"record": "記録三"})
+    before = request.model_dump()
+    await manager.add_request(request)
+    assert request.model_dump() == before
+    fetched = await manager.fetch_next_request()
+    assert fetched is not None
+    assert fetched.user_data == request.user_data
+
+
+async def test_a_request_just_added_is_seen_at_once(opened: Opener, any_url: str) -> None:
+    """crawlee's test_is_empty_and_is_finished and the tandem's: no stale "nothing queued"."""
+    manager = await opened(any_url)
+    assert await manager.is_empty() is True
+    await manager.add_request("https://example.com/")
+    assert await manager.is_empty() is False
+    await manager.add_request("https://example.org/")
+    fetched = [await manager.fetch_next_request(), await manager.fetch_next_request()]
+    assert sorted(r.url for r in fetched if r is not None) == [
+        "https://example.com/",
+        "https://example.org/",
+    ]
+
+
+async def test_drop_and_purge_with_requests_in_flight(opened: Opener, any_url: str) -> None:
+    """crawlee's queues drop and purge with fetched requests unfinished; so does crawlq."""
+    manager = await opened(any_url, allow_purge=True)
+    await manager.add_requests(["https://example.com/a", "https://example.com/b"])
+    first = await manager.fetch_next_request()
+    assert first is not None
+    await manager.purge()
+    assert await manager.mark_request_as_handled(first) is None
+    assert await manager.is_finished() is True
+    await manager.add_request("https://example.com/c")
+    assert await manager.fetch_next_request() is not None
+    await manager.drop()
+    assert await manager.is_finished() is True

@@ -220,8 +220,7 @@ class RequestManager(ThrottlingRequestManager[CrawleeRequestManager]):
         """
         if self._closed:
             return None
-        reading = await self._view.read()
-        wait = reading.ready_in(time.monotonic())
+        wait = await self._ready_in()
         if wait is None or wait > _HORIZON:
             return None
         self._waiting += 1
@@ -293,6 +292,17 @@ class RequestManager(ThrottlingRequestManager[CrawleeRequestManager]):
             unique_key=request.unique_key, was_already_present=True, was_already_handled=False
         )
 
+    async def _ready_in(self) -> float | None:
+        """Seconds until a request is due (0: now), None if nothing is queued.
+
+        "Nothing queued" is only answered from a reading taken after this
+        process's latest change, so a request just added is never missed.
+        """
+        wait = (await self._view.read()).ready_in(time.monotonic())
+        if wait is None:
+            wait = (await self._view.read(current=True)).ready_in(time.monotonic())
+        return wait
+
     # -- counts ---------------------------------------------------------------
 
     async def get_handled_count(self) -> int:
@@ -312,8 +322,7 @@ class RequestManager(ThrottlingRequestManager[CrawleeRequestManager]):
         """
         if self._closed:
             return True
-        reading = await self._view.read()
-        wait = reading.ready_in(time.monotonic())
+        wait = await self._ready_in()
         if wait is None:
             return True
         if wait == 0.0:
@@ -426,11 +435,9 @@ class RequestManager(ThrottlingRequestManager[CrawleeRequestManager]):
             raise SchedulerClosed("the crawlee request manager is closed")
         if (self._frontier.durable or self._frontier.shared) and not self._allow_purge:
             raise refusal(self._frontier, what)
-        if self._leased:
-            raise ConfigError(
-                f"cannot {what} the request manager while {len(self._leased)} fetched "
-                "requests are not handled or reclaimed"
-            )
+        # Requests fetched and not finished go with the rest, as in crawlee's
+        # own queues: finishing one later returns None.
+        self._leased.clear()
         await self._scheduler.close()
         await self._call(self._frontier.close)
         await self._call(wipe, self._url)

@@ -82,7 +82,8 @@ def to_crawlq(request: CrawleeRequest, *, forefront: bool = False) -> Request:
         body=payload or b"",
         priority=FOREFRONT_PRIORITY if forefront else 0,
         meta={META_KEY: kept},
-        depth=request.crawl_depth,
+        # Not request.crawl_depth: that fills in the caller's user_data["__crawlee"].
+        depth=((kept.get("userData") or {}).get("__crawlee") or {}).get("crawlDepth", 0),
     )
 
 
