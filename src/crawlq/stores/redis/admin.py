@@ -15,7 +15,8 @@ from typing import Any
 from ..._errors import StoreError
 from ..._exchange import HostReport, JobReport
 from .config import parse_url
-from .inspection import Inspection, change_host, close_link, hosts, open_link, settings_at, snapshot
+from .inspection import Inspection, change_host, close_link, hosts, open_link, snapshot
+from .open import settings_at
 from .store import inspect as inspect_crawl
 from .store import purge
 

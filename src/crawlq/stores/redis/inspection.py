@@ -9,7 +9,6 @@ with any settings. They are the logic behind ``crawlq inspect URL`` and
 
 from __future__ import annotations
 
-import json
 import math
 import struct
 from collections.abc import Mapping, Sequence
@@ -22,7 +21,6 @@ from ..base import Counters, HostCount, HostList, host_details
 from .client import acquire_client, redis_module, release_client
 from .config import RedisURL, parse_url
 from .conn import Link
-from .open import FINGERPRINTER_KEY
 from .wire import pack
 
 __all__ = [
@@ -38,7 +36,6 @@ __all__ = [
     "open_link",
     "purge",
     "server_counters",
-    "settings_at",
     "snapshot",
 ]
 
@@ -488,15 +485,3 @@ def _seen(meta: Mapping[str, str], set_size: int, timed_size: int) -> int:
     if "sl" in meta:
         return int(meta.get("ns", "0") or 0)
     return set_size
-
-
-def settings_at(location: RedisURL, link: Link) -> dict[str, Any] | None:
-    """A crawl's ``lifo`` and its last opener's ``fingerprint`` description; None: no crawl."""
-    prefix = location.prefix.encode()
-    lifo, fingerprint = link.commands(
-        [(b"HGET", prefix + b"meta", b"lifo"), (b"GET", prefix + FINGERPRINTER_KEY)],
-        "reading the crawl's settings",
-    )
-    if lifo is None:
-        return None
-    return {"lifo": lifo == b"1", "fingerprint": json.loads(fingerprint) if fingerprint else None}

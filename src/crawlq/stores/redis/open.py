@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Final, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from ..._errors import ConfigError, IncompatibleStore, StoreError
 from ..._fingerprint import Fingerprinter
@@ -20,7 +20,7 @@ from .config import RedisURL, Settings, bloom_shape
 from .conn import Link, server_version
 from .memory import evicting, eviction_refused, memory_fields
 
-__all__ = ["FINGERPRINTER_KEY", "FORMAT", "Dedup", "check_server", "open_crawl"]
+__all__ = ["FINGERPRINTER_KEY", "FORMAT", "Dedup", "check_server", "open_crawl", "settings_at"]
 
 #: Layout version of a crawl's keys, stored in its meta hash. Opening a
 #: crawl of format 3, 4 or 5 upgrades it in place (open.lua): format 4 keeps
@@ -209,3 +209,15 @@ def _check_stored(
         )
     dedup = Dedup(int(bits or 0), int(hashes or 0), int(capacity or 0), float(rate or 0))
     return dedup._replace(timed=timed == "1")
+
+
+def settings_at(location: RedisURL, link: Link) -> dict[str, Any] | None:
+    """A crawl's ``lifo`` and its last opener's ``fingerprint`` description; None: no crawl."""
+    prefix = location.prefix.encode()
+    lifo, fingerprint = link.commands(
+        [(b"HGET", prefix + b"meta", b"lifo"), (b"GET", prefix + FINGERPRINTER_KEY)],
+        "reading the crawl's settings",
+    )
+    if lifo is None:
+        return None
+    return {"lifo": lifo == b"1", "fingerprint": json.loads(fingerprint) if fingerprint else None}

@@ -26,9 +26,9 @@ from ..inspection import (
     host_counts,
     inspect_at,
     purge_at,
-    settings_at,
     snapshot_at,
 )
+from ..open import settings_at
 from .shards import ClusterClient, record_tags, shard_of
 
 __all__ = ["change_host", "crawl_settings", "hosts", "inspect", "purge", "snapshot"]
