@@ -18,9 +18,9 @@ import typer
 
 from .._errors import ConfigError, InvalidRequest, StoreError
 from .._fingerprint import Fingerprinter
-from .._open import open_frontier, store_kind
+from .._open import store_kind
 from .._request import Request
-from .options import clean_errors, fail, note_default_crawl
+from .options import add_requests, clean_errors, fail, note_default_crawl
 
 __all__ = ["add"]
 
@@ -75,12 +75,7 @@ def add(
             fail(f"{len(problems):,} of {len(given):,} URLs are invalid; nothing was added")
         if not requests:
             fail("no URLs given; nothing was added")
-        frontier = open_frontier(crawl, fingerprinter=fingerprinter, lifo=lifo)
-        try:
-            added = frontier.add_many(requests)
-            where = frontier.url
-        finally:
-            frontier.close()
+        added, where = add_requests(crawl, requests, fingerprinter=fingerprinter, lifo=lifo)
     new = sum(added)
     typer.echo(f"added {new:,} new URLs ({len(requests) - new:,} already seen) to {where}")
 
@@ -101,12 +96,7 @@ def _read_urls(urls: list[str]) -> list[str]:
 def _crawl_options(crawl: str) -> tuple[Fingerprinter, bool]:
     """The fingerprinter and order ``crawl`` was created with; an error if there is none."""
     kind = store_kind(crawl)
-    if kind.jobs_module is None:
-        raise ConfigError(
-            f"a {kind.name}:// frontier lives inside its process: crawlq add feeds a SQLite job "
-            "or a Redis crawl"
-        )
-    admin = kind.admin("add to")
+    admin = kind.admin("add to")  # memory://: a ConfigError
     settings = admin.crawl_settings(crawl)
     if settings is None and kind.name == "sqlite":
         raise StoreError(

@@ -60,12 +60,7 @@ def hosts(
     """
     with clean_errors():
         kind = store_kind(job)
-        if kind.jobs_module is None:
-            raise ConfigError(
-                f"a {kind.name}:// frontier lives inside its process: there are no hosts to "
-                "show; give a job directory, a sqlite:/// or a redis:// URL"
-            )
-        admin = kind.admin("list hosts")
+        admin = kind.admin("list hosts of")  # memory://: a ConfigError
         note_default_crawl(job)
         changes: list[tuple[str, str, float | None]] = []
         if block is not None:

@@ -22,9 +22,16 @@ from rich.text import Text
 from .._errors import ConfigError, InvalidRequest
 from .._exchange import JobReport, decode_line, encode_line
 from .._fingerprint import Fingerprinter
-from .._open import open_frontier, store_kind
+from .._open import store_kind
 from .._request import Request
-from .options import JobArgument, clean_errors, fail, note_default_crawl, store_function
+from .options import (
+    JobArgument,
+    add_requests,
+    clean_errors,
+    fail,
+    note_default_crawl,
+    store_function,
+)
 
 __all__ = ["check", "export", "import_", "inspect", "purge"]
 
@@ -239,14 +246,8 @@ def import_(
         if not requests:
             typer.echo(f"{file} holds no requests; nothing was imported")
             return
-        frontier = open_frontier(
-            job, fingerprinter=fingerprinter, lifo=job_lifo if lifo is None else lifo
-        )
-        try:
-            added = frontier.add_many(requests)
-            url = frontier.url
-        finally:
-            frontier.close()
+        order = job_lifo if lifo is None else lifo
+        added, url = add_requests(job, requests, fingerprinter=fingerprinter, lifo=order)
     new = sum(added)
     typer.echo(
         f"imported {len(requests):,} requests into {url}: {new:,} added, "

@@ -15,11 +15,14 @@ from typing import Annotated, Any, Final, NoReturn, cast
 import typer
 
 from .._errors import ConfigError, CrawlqError
-from .._open import store_kind
+from .._fingerprint import Fingerprinter
+from .._open import open_frontier, store_kind
+from .._request import Request
 
 __all__ = [
     "DEMO_NEEDS_AIOHTTP",
     "JobArgument",
+    "add_requests",
     "clean_errors",
     "fail",
     "note_default_crawl",
@@ -79,3 +82,14 @@ def store_function(job: str, name: str) -> Callable[..., Any]:
     if function is None:
         raise ConfigError(f"{name} for {kind.name}:// comes with the {kind.name.title()} store")
     return cast(Callable[..., Any], function)
+
+
+def add_requests(
+    url: str, requests: list[Request], *, fingerprinter: Fingerprinter, lifo: bool
+) -> tuple[list[bool], str]:
+    """Add ``requests`` to the crawl at ``url`` in one batch: their outcomes, its display URL."""
+    frontier = open_frontier(url, fingerprinter=fingerprinter, lifo=lifo)
+    try:
+        return frontier.add_many(requests), frontier.url
+    finally:
+        frontier.close()
