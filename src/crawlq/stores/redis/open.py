@@ -8,11 +8,12 @@ too old for Redis Functions, one whose memory policy may evict a crawl's keys
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from typing import Any, Final, NamedTuple
 
-from ..._errors import ConfigError, IncompatibleStore, StoreError
+from ..._errors import ConfigError, IncompatibleStore, StoreError, StoreFull
 from ..._fingerprint import Fingerprinter
 from ..._policy import Policy
 from .client import MIN_SERVER
@@ -136,12 +137,15 @@ def open_crawl(
     )
     values = [v.decode() if isinstance(v, bytes) else "" for v in stored]
     dedup = _check_stored(location, values[:7], policy, bloom_args)
-    link.command(
-        b"SET",
-        location.prefix.encode() + FINGERPRINTER_KEY,
-        json.dumps(fingerprinter.describe(), sort_keys=True),
-        doing="recording the crawl's fingerprinter",
-    )
+    # A convenience for `crawlq add`, not worth refusing an open for: a full
+    # server (which still drains, and opens) keeps the last record it had.
+    with contextlib.suppress(StoreFull):
+        link.command(
+            b"SET",
+            location.prefix.encode() + FINGERPRINTER_KEY,
+            json.dumps(fingerprinter.describe(), sort_keys=True),
+            doing="recording the crawl's fingerprinter",
+        )
     if values[7]:
         _upgrade_queues(link, location)
     return dedup
