@@ -130,3 +130,25 @@ def test_requests_leased_ahead_go_back_after_waiting_too_long(
         assert leased == 1  # the stale lease went back: only the new one is held
     finally:
         frontier.close()
+
+
+def test_a_release_leases_nothing_ahead_for_an_idle_process(url: str) -> None:
+    """A worker that releases a request and then waits for nothing must not keep
+    another request leased ahead in its store's buffer, hidden from every other
+    process (until half its lease_timeout passes): a release carries no pop."""
+
+    async def crawl() -> crawlq.Request | None:
+        async with crawlq.Scheduler(crawlq.open_frontier(url)) as scheduler:
+            await scheduler.add_many(["https://a.example/1"])
+            request = await scheduler.get()
+            await scheduler.add_many(["https://b.example/1", "https://b.example/2"])
+            scheduler.release(request)
+            await asyncio.sleep(0.3)  # the release's batch runs meanwhile
+            store = scheduler.frontier._store
+            assert isinstance(store, redis_store.RedisStore)
+            assert len(store._buffer) == 0, [r.url for r, _ in store._buffer]
+            with crawlq.open_frontier(url) as other:
+                return other.pop()
+
+    popped = asyncio.run(crawl())
+    assert popped is not None

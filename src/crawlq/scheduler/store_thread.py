@@ -119,6 +119,10 @@ def run_batch(frontier: Frontier, batch: Batch) -> Outcome:
             updates: list[Entry | None] | None = None
             if batch.updated:
                 updates = [None] * len(batch.releases) + [entry for _, entry in batch.updated]
+            # A release leases nothing ahead: the batch's pops ride its write
+            # below (a store that guesses would lease one into a buffer that
+            # no getter of this process may ever take, hidden from others).
+            frontier._expect_pops(0)
             try:
                 frontier._finish(leases, done=False, updates=updates)
             except CrawlqError as exc:

@@ -295,11 +295,12 @@ class RequestManager(ThrottlingRequestManager[CrawleeRequestManager]):
     async def _ready_in(self) -> float | None:
         """Seconds until a request is due (0: now), None if nothing is queued.
 
-        "Nothing queued" is only answered from a reading taken after this
-        process's latest change, so a request just added is never missed.
+        Anything but "due now" is only answered from a reading taken after
+        this process's latest change, so a request just added is never
+        missed, nor one of a ready host added behind a paced or blocked one.
         """
         wait = (await self._view.read()).ready_in(time.monotonic())
-        if wait is None:
+        if wait is None or wait > 0.0:
             wait = (await self._view.read(current=True)).ready_in(time.monotonic())
         return wait
 
