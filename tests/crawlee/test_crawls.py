@@ -1,0 +1,308 @@
+"""Real crawlee crawls on crawlq, in subprocesses, against a linked site over four loopback hosts.
+
+Each crawl is ``python -m tests.crawlee.crawl_worker`` (crawlee's
+ParselCrawler, no browser) against `LoopbackSite` (300 pages on 127.0.0.2 to
+127.0.0.5, served from a thread of this process). What is checked, and where:
+
+- every page fetched, and once: the server's counts;
+- the per-host delay: at **hand-out**, the moment the manager gives crawlee a
+  request (each worker logs it with `time.monotonic`, one clock for every
+  process), across every worker of the crawl. crawlee's very first fetch of a
+  run leaves 50-100 ms after its hand-out, so the server would see that gap
+  shortened: the delay is the frontier's promise at hand-out;
+- never two requests to one host at once (``host_concurrency=1``): at the
+  server, from each request's start and end;
+- a ``kill -9`` of a crawl on a SQLite job, then the same command: every page
+  fetched, at most the crawler's concurrency fetched twice;
+- three processes on one Redis crawl: the pages shared, none fetched twice;
+  a 429 from one host stops that host, and only it, for all three.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from ._site import ADDRESSES, LoopbackSite
+
+pytest.importorskip("crawlee", reason="pip install 'crawlq[crawlee]'")
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES_PER_HOST = 75
+DELAY = 0.08
+#: Slack on the delay between two hand-outs: the time from the frontier's
+#: lease to the hand-out being logged varies by a few milliseconds.
+HANDOUT_SLACK = 0.005
+#: crawlee's tasks per worker in the kill test: the bound on re-fetches.
+KILL_CONCURRENCY = 4
+TIMEOUT = 90.0
+
+
+@pytest.fixture
+def loopback() -> Iterator[LoopbackSite]:
+    with LoopbackSite(PAGES_PER_HOST) as site:
+        yield site
+
+
+@dataclass
+class Worker:
+    """One crawl_worker subprocess and its event log."""
+
+    process: subprocess.Popen[bytes]
+    log: Path
+    stderr: Path
+
+    def events(self, kind: str | None = None) -> list[dict[str, Any]]:
+        if not self.log.exists():
+            return []
+        lines = self.log.read_text().splitlines()
+        events = [json.loads(line) for line in lines if line.endswith("}")]
+        return [e for e in events if kind is None or e["event"] == kind]
+
+    def wait(self, timeout: float = TIMEOUT) -> int:
+        try:
+            return self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            raise AssertionError(f"the crawl did not end in time:\n{self.error()}") from None
+
+    def error(self) -> str:
+        return self.stderr.read_text(errors="replace")[-3000:] if self.stderr.exists() else ""
+
+    def finished(self) -> None:
+        """The crawl ended by itself, without error."""
+        assert self.wait() == 0, self.error()
+        assert self.events("done"), self.error()
+        assert "Traceback" not in self.error(), self.error()
+
+
+class Workers:
+    """Starts crawl_worker subprocesses; kills any left at the end of the test."""
+
+    def __init__(self, site: LoopbackSite, directory: Path) -> None:
+        self.site = site
+        self.directory = directory
+        self.started: list[Worker] = []
+
+    def start(self, frontier: str, *, name: str, go: Path | None = None, **options: Any) -> Worker:
+        log = self.directory / f"{name}.jsonl"
+        stderr = self.directory / f"{name}.stderr"
+        command = [
+            sys.executable,
+            "-m",
+            "tests.crawlee.crawl_worker",
+            frontier,
+            "--seed",
+            self.site.url(0, 0),
+            "--log",
+            str(log),
+        ]
+        for option, value in options.items():
+            command += [f"--{option.replace('_', '-')}", str(value)]
+        if go is not None:
+            command += ["--go", str(go)]
+        environment = dict(os.environ)
+        environment["PYTHONPATH"] = os.pathsep.join(
+            [str(ROOT / "src"), str(ROOT), *filter(None, [environment.get("PYTHONPATH")])]
+        )
+        with stderr.open("ab") as err:
+            process = subprocess.Popen(
+                command, cwd=ROOT, env=environment, stdout=subprocess.DEVNULL, stderr=err
+            )
+        worker = Worker(process, log, stderr)
+        self.started.append(worker)
+        return worker
+
+    def start_together(self, frontier: str, count: int, **options: Any) -> list[Worker]:
+        """``count`` workers that begin crawling at the same moment, once all are ready."""
+        go = self.directory / f"go-{uuid.uuid4().hex}"
+        workers = [
+            self.start(frontier, name=f"worker-{len(self.started)}", go=go, **options)
+            for _ in range(count)
+        ]
+        deadline = time.monotonic() + TIMEOUT
+        while not all(worker.events("ready") for worker in workers):
+            for worker in workers:
+                assert worker.process.poll() is None, worker.error()
+            assert time.monotonic() < deadline, "the workers did not get ready in time"
+            time.sleep(0.05)
+        go.touch()
+        return workers
+
+    def stop_all(self) -> None:
+        for worker in self.started:
+            if worker.process.poll() is None:
+                worker.process.kill()
+                worker.process.wait()
+
+
+@pytest.fixture
+def workers(loopback: LoopbackSite, tmp_path: Path) -> Iterator[Workers]:
+    started = Workers(loopback, tmp_path)
+    yield started
+    started.stop_all()
+
+
+# -- checks -----------------------------------------------------------------------
+
+
+def assert_every_page_once(site: LoopbackSite) -> None:
+    counts = site.counts()
+    expected = site.expected()
+    missing, unexpected = sorted(expected - set(counts)), sorted(set(counts) - expected)
+    assert not missing and not unexpected, f"missing {missing[:5]}, unexpected {unexpected[:5]}"
+    twice = {key: n for key, n in counts.items() if n > 1}
+    assert not twice, f"{len(twice)} pages fetched more than once: {list(twice.items())[:5]}"
+
+
+def handout_gaps(workers: list[Worker]) -> dict[str, list[float]]:
+    """Per host, the gaps between consecutive hand-outs by any of the workers."""
+    times: dict[str, list[float]] = defaultdict(list)
+    for worker in workers:
+        for event in worker.events("handout"):
+            times[urlsplit(event["url"]).hostname or ""].append(event["at"])
+    return {host: [b - a for a, b in itertools.pairwise(sorted(at))] for host, at in times.items()}
+
+
+def assert_delay_kept_at_handout(workers: list[Worker], delay: float) -> None:
+    gaps = handout_gaps(workers)
+    assert set(gaps) == set(ADDRESSES)
+    for host, host_gaps in gaps.items():
+        assert len(host_gaps) >= PAGES_PER_HOST - 1
+        shortest = min(host_gaps)
+        assert shortest >= delay - HANDOUT_SLACK, (
+            f"{host}: two hand-outs {shortest * 1000:.1f} ms apart (delay {delay * 1000:.0f} ms)"
+        )
+
+
+def assert_one_at_a_time_at_the_server(site: LoopbackSite) -> None:
+    """With host_concurrency=1: each request of a host starts after the previous one ended."""
+    by_host = defaultdict(list)
+    for fetch in site.fetched():
+        by_host[fetch.host].append(fetch)
+    assert set(by_host) == set(ADDRESSES)
+    for host, fetches in by_host.items():
+        fetches.sort(key=lambda f: f.start)
+        overlaps = [
+            (a.path, b.path, round(a.end - b.start, 4))
+            for a, b in itertools.pairwise(fetches)
+            if b.start < a.end
+        ]
+        assert not overlaps, f"{host}: requests at the server at once: {overlaps[:5]}"
+
+
+# -- the crawls ---------------------------------------------------------------------
+
+
+def test_a_memory_crawl_fetches_every_page_once_at_each_hosts_pace(
+    loopback: LoopbackSite, workers: Workers
+) -> None:
+    worker = workers.start(
+        "memory://", name="memory", delay=DELAY, host_concurrency=1, concurrency=8
+    )
+    worker.finished()
+    assert_every_page_once(loopback)
+    assert worker.events("done")[0]["handled"] == len(loopback.expected())
+    assert_delay_kept_at_handout([worker], DELAY)
+    assert_one_at_a_time_at_the_server(loopback)
+
+
+def test_kill_9_on_a_sqlite_job_then_the_same_command_fetches_the_rest(
+    loopback: LoopbackSite, workers: Workers, tmp_path: Path
+) -> None:
+    job = str(tmp_path / "job")
+    options = {"delay": 0.0, "host_concurrency": 2, "concurrency": KILL_CONCURRENCY}
+    first = workers.start(job, name="killed", **options)
+    half = len(loopback.expected()) // 2
+    deadline = time.monotonic() + TIMEOUT
+    while loopback.total() < half:
+        assert first.process.poll() is None, f"the crawl ended before halfway:\n{first.error()}"
+        assert time.monotonic() < deadline, "the crawl did not get halfway in time"
+        time.sleep(0.002)
+    first.process.send_signal(signal.SIGKILL)
+    assert first.wait() == -signal.SIGKILL
+    before = loopback.counts()
+    assert half <= sum(before.values()) < len(loopback.expected())
+
+    again = workers.start(job, name="resumed", **options)
+    again.finished()
+    counts = loopback.counts()
+    assert set(counts) == loopback.expected(), "a page was never fetched: a request was lost"
+    refetched = sum(n - 1 for n in counts.values())
+    assert refetched <= KILL_CONCURRENCY, f"{refetched} pages fetched again after kill -9"
+    # The second process fetched the rest, not the whole site again.
+    assert len(again.events("handled")) <= len(loopback.expected()) - half + KILL_CONCURRENCY
+
+
+def test_three_processes_on_one_redis_crawl_share_the_pages_and_the_pace(
+    loopback: LoopbackSite, workers: Workers, redis_url: str
+) -> None:
+    frontier = f"{redis_url}?crawl=crawlee-three-{uuid.uuid4().hex[:8]}"
+    three = workers.start_together(frontier, 3, delay=DELAY, host_concurrency=1, concurrency=4)
+    for worker in three:
+        worker.finished()
+    assert_every_page_once(loopback)
+    handled = [len(worker.events("handled")) for worker in three]
+    assert sum(handled) == len(loopback.expected())
+    assert all(handled), f"a worker fetched nothing: {handled}"
+    assert_delay_kept_at_handout(three, DELAY)
+    assert_one_at_a_time_at_the_server(loopback)
+
+
+def test_a_429_pauses_its_host_for_all_three_processes_of_a_redis_crawl(
+    loopback: LoopbackSite, workers: Workers, redis_url: str
+) -> None:
+    retry_after = 2.0
+    limited = ADDRESSES[1]
+    loopback.limit(1, at=12, retry_after=retry_after)
+    frontier = f"{redis_url}?crawl=crawlee-429-{uuid.uuid4().hex[:8]}"
+    three = workers.start_together(frontier, 3, delay=DELAY, host_concurrency=1, concurrency=4)
+    for worker in three:
+        worker.finished()
+
+    # Every page once with a 200; the request that got the 429 came back later.
+    assert_every_page_once(loopback)
+    fetches = loopback.fetched()
+    refused = [f for f in fetches if f.status == 429]
+    assert len(refused) == 1 and refused[0].host == limited
+    recorded = [e for worker in three for e in worker.events("429")]
+    assert len(recorded) == 1, recorded
+    blocked_at = recorded[0]["at"]
+    assert refused[0].end <= blocked_at
+
+    # No process sent the host anything until Retry-After had passed...
+    after = [f.start for f in fetches if f.host == limited and f.start > refused[0].start]
+    assert after, "the host was never fetched again"
+    pause = min(after) - refused[0].end
+    assert pause >= retry_after - 0.02, f"{limited} fetched again after {pause:.3f} s"
+    handed = [
+        e["at"]
+        for worker in three
+        for e in worker.events("handout")
+        if urlsplit(e["url"]).hostname == limited and blocked_at < e["at"] < blocked_at + 1.9
+    ]
+    assert not handed, f"{limited} handed out while blocked: {handed}"
+    # ... while all three kept crawling the other hosts.
+    busy = Counter(
+        worker.process.pid
+        for worker in three
+        for e in worker.events("handout")
+        if urlsplit(e["url"]).hostname != limited and blocked_at < e["at"] < blocked_at + 1.9
+    )
+    assert len(busy) == 3 and min(busy.values()) >= 3, busy
+    assert_one_at_a_time_at_the_server(loopback)
