@@ -75,7 +75,7 @@ class LoggedManager(RequestManager):
 
 async def crawl(args: argparse.Namespace) -> int:
     manager = await LoggedManager.open(
-        args.frontier, host_delay=args.delay, host_concurrency=args.host_concurrency
+        args.frontier, host_delay=args.delay, host_concurrency=args.host_concurrency or None
     )
     handled = 0
     try:
@@ -117,7 +117,7 @@ def main() -> None:
     parser.add_argument("--seed", action="append", required=True, help="a start URL")
     parser.add_argument("--log", required=True, help="the JSON-lines event log")
     parser.add_argument("--delay", type=float, default=0.0, help="host_delay, seconds")
-    parser.add_argument("--host-concurrency", type=int, default=1)
+    parser.add_argument("--host-concurrency", type=int, default=1, help="0: no limit")
     parser.add_argument("--concurrency", type=int, default=4, help="crawlee's tasks")
     parser.add_argument("--go", default=None, help="wait for this file before crawling")
     args = parser.parse_args()
