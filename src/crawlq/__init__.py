@@ -12,6 +12,7 @@ out the next one in priority order at the right pace for each host.
 """
 
 from ._controls import HostPolicy
+from ._due import Revisit
 from ._errors import (
     ConfigError,
     CorruptStore,
@@ -59,6 +60,7 @@ __all__ = [
     "QueueEmpty",
     "QueueFull",
     "Request",
+    "Revisit",
     "Scheduler",
     "SchedulerClosed",
     "SchedulerStats",

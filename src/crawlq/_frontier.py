@@ -9,10 +9,12 @@ from typing import Any, Literal, overload
 
 from ._batch import check_state, with_skipped
 from ._controls import HostControls
+from ._due import Revisit
 from ._entries import EntryChecks, Invalid
-from ._errors import FrontierClosed, InvalidRequest, LeaseError
+from ._errors import ConfigError, FrontierClosed, InvalidRequest
 from ._fingerprint import Fingerprinter
-from ._lease import NOT_HANDED_OUT, Lease
+from ._finishing import Finishing
+from ._lease import Lease
 from ._policy import Policy
 from ._request import MAX_URL_LENGTH, Request
 from .stores.base import Counters, Entry, HostCount, Store
@@ -46,9 +48,16 @@ class FrontierStats:
     #: how many are blocked now, listed or not.
     busy_hosts: int | None = None
     blocked_hosts: int | None = None
+    #: Requests held but not due yet (``not_before``, a delayed release, a
+    #: refetch); not in ``queued``.
+    scheduled: int = 0
+    #: The part of ``scheduled`` that refetches pages already done.
+    revisits: int = 0
+    #: Seconds until the first scheduled request is due; None: none is.
+    next_due_in: float | None = None
 
 
-class Frontier(EntryChecks, HostControls):
+class Frontier(EntryChecks, Finishing, HostControls):
     """Stores requests, drops the ones already seen, hands out the next ready one.
 
     Use `open_frontier` to make one. Every method is synchronous and returns
@@ -72,6 +81,7 @@ class Frontier(EntryChecks, HostControls):
         "_max_url_length",
         "_needs_payload",
         "_origin",
+        "_revisit",
         "_skipped",
         "_store",
         "_store_ack",
@@ -89,7 +99,11 @@ class Frontier(EntryChecks, HostControls):
         fingerprinter: Fingerprinter,
         url: str,
         max_url_length: int = MAX_URL_LENGTH,
+        revisit: Revisit | None = None,
     ) -> None:
+        if revisit is not None and not isinstance(revisit, Revisit):
+            raise ConfigError(f"revisit must be a crawlq.Revisit, not {revisit!r}")
+        self._revisit = revisit
         self._store = store
         self._max_url_length = max_url_length
         self._fingerprinter = fingerprinter
@@ -140,6 +154,8 @@ class Frontier(EntryChecks, HostControls):
         ack: Request | Iterable[Request] | None = None,
         lifo: bool | None = None,
         invalid: Literal["raise"] = "raise",
+        refetch_after: float | None = None,
+        changed: bool | None = None,
     ) -> list[bool]: ...
 
     @overload
@@ -151,6 +167,8 @@ class Frontier(EntryChecks, HostControls):
         ack: Request | Iterable[Request] | None = None,
         lifo: bool | None = None,
         invalid: Invalid,
+        refetch_after: float | None = None,
+        changed: bool | None = None,
     ) -> list[bool | None]: ...
 
     def add_many(
@@ -161,6 +179,8 @@ class Frontier(EntryChecks, HostControls):
         ack: Request | Iterable[Request] | None = None,
         lifo: bool | None = None,
         invalid: Invalid = "raise",
+        refetch_after: float | None = None,
+        changed: bool | None = None,
     ) -> list[bool] | list[bool | None]:
         """Queue a batch (the links of one page, say); False marks each duplicate.
 
@@ -183,7 +203,8 @@ class Frontier(EntryChecks, HostControls):
         from its URL, which is stored as given without being parsed. ``ack``
         is a popped request (or several) to mark done in the same durable
         step, after the batch: the page whose links these are. A durable store
-        then commits once, not twice.
+        then commits once, not twice. ``refetch_after`` and ``changed``
+        make those acks refetches, as `ack` says (the page is due again later).
         ``lifo`` orders this batch against the frontier's ``lifo`` setting
         (None: the setting): within a priority, requests added FIFO come out
         oldest first, requests added LIFO newest first, and every request
@@ -196,14 +217,24 @@ class Frontier(EntryChecks, HostControls):
             raise FrontierClosed(f"frontier {self.url} is closed")
         entries, skipped = self._prepare(requests, fingerprints, invalid)
         finished: Sequence[object] = ()
+        refetch = None
         if ack is not None:
-            finished = self._leases((ack,) if isinstance(ack, Request) else ack)
+            pages = [ack] if isinstance(ack, Request) else list(ack)
+            finished = self._leases(pages)
+            refetch = self._refetches(pages, refetch_after, changed)
+        else:
+            self._check_refetch_kinds(refetch_after=refetch_after, changed=changed)
         if lifo is not None and lifo is not self.policy.lifo:
             if type(lifo) is not bool:
                 raise InvalidRequest(f"lifo must be True, False or None, not {lifo!r}")
-            added = self._store.add(entries, finished, lifo=lifo) if entries or finished else []
-        elif not entries and not finished:
+        else:
+            lifo = None
+        if not entries and not finished:
             added = []
+        elif refetch is not None:
+            added = self._store.add(entries, finished, lifo=lifo, refetch=refetch)
+        elif lifo is not None:
+            added = self._store.add(entries, finished, lifo=lifo)
         else:
             added = self._store.add(entries, finished)
         if not skipped:
@@ -231,23 +262,15 @@ class Frontier(EntryChecks, HostControls):
         if expect is not None:
             expect(count)
 
-    def _finish(
-        self, leases: Sequence[Lease], *, done: bool, updates: Sequence[Entry | None] | None = None
-    ) -> None:
-        """Ack (``done``) or release checked leases (for `Scheduler`), ``updates`` with them."""
-        self._check_open()
-        if done:
-            self._store.ack(leases)
-        elif updates:
-            self._store.release(leases, updates)
-        else:
-            self._store.release(leases)
-
     def _counts(self) -> tuple[int, int]:
-        """Queued and leased now (for `Scheduler`)."""
+        """Requests to hand out (queued, or scheduled but revisits) and leased (for `Scheduler`).
+
+        Revisits are left out: a one-shot crawl is done without them (see
+        `Scheduler.join`).
+        """
         self._check_open()
         counts = self._store.counts()
-        return counts.queued, counts.leased
+        return counts.queued + counts.scheduled - counts.revisits, counts.leased
 
     def seen(self, request: Request) -> bool:
         """Return True if ``request`` is a duplicate: `add` would refuse it now.
@@ -293,99 +316,6 @@ class Frontier(EntryChecks, HostControls):
         store_pop = self._store_pop
         return store_pop()
 
-    def _leases(self, requests: Iterable[Request]) -> list[Lease]:
-        """These requests' leases, for the store: the one check of a lease.
-
-        Raises `LeaseError` for a request that carries no lease of this
-        frontier's store (never popped, queued again, or popped elsewhere).
-        A lease that already ended is passed on: the store treats it as done.
-        """
-        if self._closed:
-            raise FrontierClosed(f"frontier {self.url} is closed")
-        origin = self._origin
-        handles = []
-        for request in requests:
-            lease = getattr(request, "_lease", None)
-            if type(lease) is not Lease or (lease[-1] is not origin and lease[-1] != origin):
-                raise LeaseError(NOT_HANDED_OUT.format(request=request))
-            handles.append(lease)
-        return handles
-
-    def ack(self, request: Request) -> None:
-        """Mark a popped request done.
-
-        Counts change at once; a durable store writes the ack with its next
-        write, at the latest ``ack_delay`` seconds later (on the next call),
-        or at `flush` / `close` (``ack_delay=0``: before this returns). A kill
-        before then hands the request out again. Acking after the lease
-        expired, or twice, does nothing (the request was put back and will be
-        handed out again). Raises `LeaseError` for a request that was never
-        handed out by this frontier.
-        """
-        try:
-            lease = request._lease  # an attribute read: half the cost of getattr()
-        except AttributeError:
-            lease = None  # not a Request: _leases raises
-        if type(lease) is Lease and lease[-1] is self._origin and not self._closed:
-            store_ack = self._store_ack  # an attribute read, then a call: see `pop`
-            store_ack((lease,))
-        else:
-            self._store_ack(self._leases((request,)))
-
-    def ack_many(self, requests: Iterable[Request]) -> None:
-        """Mark several popped requests done, in one store operation (see `ack`)."""
-        self._store.ack(self._leases(requests))
-
-    def release(self, request: Request, *, update: Request | None = None) -> None:
-        """Put a popped request back in its place without counting it done.
-
-        With ``update`` (a `Request`), the request goes back with its fields
-        replaced by ``update``'s: headers, meta, callback, errback, depth,
-        priority and dont_filter (a retry count in meta, say). It keeps its
-        place: its original sequence number, filed under ``update``'s
-        priority. ``update`` must have the same url, method, body and
-        ``meta["download_slot"]`` (they make the fingerprint and the host);
-        it may be ``request`` itself, changed in place. The seen set and the
-        counters change as for a plain release; a durable store has written
-        the update when this returns. If the lease already ended (expired,
-        acked), nothing happens, update included, as for a plain release.
-
-        Raises `LeaseError` for a request that was never handed out,
-        `InvalidRequest` for an ``update`` that changes what it must keep,
-        `SerializationError` for meta that cannot be stored; nothing is
-        released then.
-        """
-        leases = self._leases((request,))
-        if update is None:
-            self._store.release(leases)
-        else:
-            self._store.release(leases, (self._update(request, update),))
-
-    def release_many(
-        self, requests: Sequence[Request], *, updates: Sequence[Request | None] | None = None
-    ) -> None:
-        """Put several popped requests back, in one store operation.
-
-        ``updates``, one per request (None: released unchanged), replaces
-        their fields as `release` does. Every request is checked before
-        anything is released: one bad update releases none.
-        """
-        leases = self._leases(requests)
-        if updates is None:
-            self._store.release(leases)
-            return
-        updates = list(updates)
-        if len(updates) != len(leases):
-            raise InvalidRequest(
-                f"release_many got {len(updates)} updates for {len(leases)} requests; "
-                "give one per request (None: unchanged)"
-            )
-        entries = [
-            None if update is None else self._update(request, update)
-            for request, update in zip(requests, updates, strict=True)
-        ]
-        self._store.release(leases, entries if any(entries) else None)
-
     def flush(self) -> None:
         """Make every ack made so far durable now.
 
@@ -408,10 +338,10 @@ class Frontier(EntryChecks, HostControls):
             return self._store.next_ready_in()
 
     def __len__(self) -> int:
-        """Queued plus leased requests."""
+        """Every request the frontier holds: queued, leased and scheduled."""
         with self._lock:
             counts = self._store.counts()
-        return counts.queued + counts.leased
+        return counts.queued + counts.leased + counts.scheduled
 
     def _replace_store(self, store: Store) -> None:
         """Put ``store``, a wrapper of the current one (`crawlq.metrics`), in its place."""
@@ -447,6 +377,9 @@ class Frontier(EntryChecks, HostControls):
             counts.counters,
             busy,
             blocked,
+            counts.scheduled,
+            counts.revisits,
+            counts.next_due_in,
         )
 
     def load_state(self) -> dict[str, Any]:

@@ -28,7 +28,7 @@ _POLICY_OPTIONS: Final = (
     "seen_ttl",
     "clock",
 )
-_COMMON_OPTIONS: Final = (*_POLICY_OPTIONS, "fingerprinter", "max_url_length")
+_COMMON_OPTIONS: Final = (*_POLICY_OPTIONS, "fingerprinter", "max_url_length", "revisit")
 
 # A store module provides OPTIONS (the names of its own options) and
 # open_store(url, policy, fingerprinter, options) -> (store, display URL).
@@ -156,8 +156,9 @@ def open_frontier(url: str = "memory://", **options: Any) -> Frontier:
     no cap), ``seen_ttl`` (seconds a fingerprint counts as seen, default
     forever), ``fingerprinter`` (a `Fingerprinter`, default
     ``Fingerprinter()``), ``max_url_length`` (longest URL accepted, in
-    characters, default `MAX_URL_LENGTH`: 32 KiB) and ``clock`` (a seconds
-    function, for tests).
+    characters, default `MAX_URL_LENGTH`: 32 KiB), ``revisit`` (a
+    `crawlq.Revisit`: how ``ack(request, changed=)`` paces refetches, default
+    none) and ``clock`` (a seconds function, for tests).
 
     Raises `ConfigError` for an unknown URL scheme, an unknown option or a
     bad option value, naming what is accepted, and what the store raises when
@@ -189,4 +190,5 @@ def open_frontier(url: str = "memory://", **options: Any) -> Frontier:
         fingerprinter=fingerprinter,
         url=display_url,
         max_url_length=max_url_length,
+        revisit=options.get("revisit"),
     )

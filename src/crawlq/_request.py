@@ -9,19 +9,28 @@ shared Redis can hand crawlq data but never make it run code (no pickle).
 from __future__ import annotations
 
 import datetime
-import decimal
 from collections.abc import Mapping
-from typing import Any, Final, NoReturn
+from typing import Any, Final
 from urllib.parse import urljoin
 
 import msgspec
 
-from ._errors import CorruptStore, IncompatibleStore, InvalidRequest, SerializationError, StoreError
+from ._due import due_time
+from ._errors import CorruptStore, IncompatibleStore, InvalidRequest, StoreError
+from ._meta import check_encodable, check_meta_keys, serialization_error
 
-__all__ = ["MAX_URL_LENGTH", "PRIORITY_MAX", "PRIORITY_MIN", "SCHEMA_VERSION", "Request"]
+__all__ = [
+    "MAX_URL_LENGTH",
+    "PRIORITY_MAX",
+    "PRIORITY_MIN",
+    "SCHEMA_VERSION",
+    "Request",
+    "check_encodable",
+]
 
 #: Version of the encoded request layout; bumped on any incompatible change.
-SCHEMA_VERSION: Final = 1
+#: 2 added ``not_before`` and the revisit interval; version 1 still decodes.
+SCHEMA_VERSION: Final = 2
 
 #: Priorities are 32-bit signed ints so that every store can order them exactly.
 PRIORITY_MIN: Final = -(2**31)
@@ -121,10 +130,16 @@ class Request:
     unchanged (a tuple, set, datetime or Decimal is refused when added).
     ``callback`` and ``errback`` are names, for crawlers that dispatch by
     name. ``dont_filter`` bypasses deduplication. ``depth`` is carried for the crawler's own use.
+    ``not_before`` (a POSIX timestamp or an aware `datetime.datetime`) keeps
+    the request in the frontier, not handed out, until that time (judged by
+    the Redis server's clock on Redis); it is then handed out as any other.
+    ``revisit_interval`` is read-only: the refetch interval a `crawlq.Revisit`
+    policy keeps with the request (None until its first ``ack(changed=)``).
 
     Raises `InvalidRequest` for a URL that is not absolute http(s) with a host,
     a URL or header holding a line break (CR, LF) or NUL, a priority that is
-    not an int in the 32-bit range, or fields of the wrong type. The URL's
+    not an int in the 32-bit range, a naive datetime, NaN or infinite
+    ``not_before``, or fields of the wrong type. The URL's
     length (at most `MAX_URL_LENGTH` by default) and the encodability of
     ``meta`` are checked when the request is added.
     """
@@ -139,7 +154,9 @@ class Request:
         "headers",
         "meta",
         "method",
+        "not_before",
         "priority",
+        "revisit_interval",
         "url",
     )
 
@@ -153,6 +170,8 @@ class Request:
     errback: str | None
     dont_filter: bool
     depth: int
+    not_before: float | None
+    revisit_interval: float | None
     # The `crawlq._lease.Lease` this request was handed out under (a store
     # may mark a queued object with something else); None until popped. It
     # rides on the request because ack(request) must tell "acked twice"
@@ -173,6 +192,7 @@ class Request:
         errback: str | None = None,
         dont_filter: bool = False,
         depth: int = 0,
+        not_before: float | datetime.datetime | None = None,
     ) -> None:
         _check_url(url)
         self.url = url
@@ -212,6 +232,8 @@ class Request:
         if type(depth) is not int or depth < 0:
             raise InvalidRequest(f"depth must be a non-negative int, not {depth!r}")
         self.depth = depth
+        self.not_before = None if not_before is None else due_time(not_before)
+        self.revisit_interval = None
         self._lease = None
 
     @classmethod
@@ -254,7 +276,10 @@ class Request:
         return cls(url, **fields)  # raises for the bad field
 
     def replace(self, **changes: Any) -> Request:
-        """Return a new request with the given fields changed; it carries no lease."""
+        """Return a new request with the given fields changed; it carries no lease.
+
+        The revisit interval is carried over.
+        """
         fields: dict[str, Any] = {
             "method": self.method,
             "headers": self.headers,
@@ -265,10 +290,13 @@ class Request:
             "errback": self.errback,
             "dont_filter": self.dont_filter,
             "depth": self.depth,
+            "not_before": self.not_before,
         }
         fields.update(changes)
         url = fields.pop("url", self.url)
-        return Request(url, **fields)
+        request = Request(url, **fields)
+        request.revisit_interval = self.revisit_interval
+        return request
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Request):
@@ -294,11 +322,17 @@ def _fields(request: Request) -> tuple[Any, ...]:
         request.errback,
         request.dont_filter,
         request.depth,
+        request.not_before,
+        request.revisit_interval,
     )
 
 
 class _WireRequest(msgspec.Struct, array_like=True, frozen=True):
-    """Schema version 1 of an encoded request, checked field by field on decode."""
+    """An encoded request (schema 1 or 2), checked field by field on decode.
+
+    Version 1 had no due time and no revisit interval: its arrays end at
+    ``depth`` and decode with both None.
+    """
 
     version: int
     url: str
@@ -311,6 +345,8 @@ class _WireRequest(msgspec.Struct, array_like=True, frozen=True):
     errback: str | None
     dont_filter: bool
     depth: int
+    not_before: float | None = None
+    revisit_interval: float | None = None
 
 
 _encoder: Final = msgspec.msgpack.Encoder()
@@ -325,7 +361,7 @@ def encode_request(request: Request) -> bytes:
     cannot be encoded.
     """
     if request.meta:
-        _check_meta_keys(request)
+        check_meta_keys(request)
     try:
         return _encoder.encode(
             (
@@ -340,118 +376,12 @@ def encode_request(request: Request) -> bytes:
                 request.errback,
                 request.dont_filter,
                 request.depth,
+                request.not_before,
+                request.revisit_interval,
             )
         )
     except (TypeError, ValueError, OverflowError) as exc:
-        raise _serialization_error(request, exc) from None
-
-
-def check_encodable(request: Request) -> None:
-    """Raise `SerializationError` if the request's meta cannot be encoded.
-
-    The memory store keeps the request object itself: this refuses the same
-    values as `encode_request`, so that every store hands back the same meta.
-    """
-    meta = request.meta
-    if meta:
-        _check_meta_keys(request)
-        try:
-            _encoder.encode(meta)
-        except (TypeError, ValueError, OverflowError) as exc:
-            raise _serialization_error(request, exc) from None
-
-
-def _check_meta_keys(request: Request) -> None:
-    """Refuse meta that would not come back from msgpack as it went in.
-
-    Keys must be str. Values may be str, bytes, int, float, bool, None, and
-    lists and dicts of those (nested dicts may also have int, float, bytes or
-    None keys), at most `_MAX_META_DEPTH` levels deep: msgpack would turn a
-    tuple or set into a list and a datetime or Decimal into a str, so the
-    memory store (which keeps the object) and the durable stores (which
-    decode it) would disagree. Raises `SerializationError` naming the key.
-    """
-    scalars = _META_SCALARS
-    for key, value in request.meta.items():
-        if type(key) is not str:
-            raise SerializationError(
-                f"meta key {key!r} of {request.url} is not a str; meta keys must be strings"
-            )
-        if type(value) not in scalars:
-            _check_meta_value(value, request, key, 1)
-
-
-#: Types a meta value may have that msgpack hands back as the same type.
-_META_SCALARS: Final = frozenset({str, bytes, int, float, bool, type(None)})
-#: Deepest nesting of lists and dicts in meta (a list holding itself is endless).
-_MAX_META_DEPTH: Final = 32
-_META_HINTS: Final = {
-    tuple: "a list",
-    set: "a list",
-    frozenset: "a list",
-    datetime.datetime: "a str (value.isoformat())",
-    datetime.date: "a str (value.isoformat())",
-    datetime.time: "a str (value.isoformat())",
-    decimal.Decimal: "a str (str(value))",
-    bytearray: "bytes",
-    memoryview: "bytes",
-}
-
-
-def _check_meta_value(value: Any, request: Request, key: str, depth: int) -> None:
-    kind = type(value)
-    if kind in _META_SCALARS:
-        return
-    if depth > _MAX_META_DEPTH:
-        raise SerializationError(
-            f"meta[{key!r}] of {request.url} nests lists or dicts more than "
-            f"{_MAX_META_DEPTH} deep (does it contain itself?); flatten it"
-        )
-    if kind is list:
-        for item in value:
-            if type(item) not in _META_SCALARS:
-                _check_meta_value(item, request, key, depth + 1)
-        return
-    if kind is dict:
-        for name, item in value.items():
-            if type(name) not in _META_SCALARS:
-                _refuse_meta_value(name, request, key)
-            if type(item) not in _META_SCALARS:
-                _check_meta_value(item, request, key, depth + 1)
-        return
-    _refuse_meta_value(value, request, key)
-
-
-def _refuse_meta_value(value: Any, request: Request, key: str) -> NoReturn:
-    kind = type(value)
-    name = (
-        kind.__qualname__
-        if kind.__module__ == "builtins"
-        else kind.__module__ + "." + kind.__qualname__
-    )
-    hint = _META_HINTS.get(kind)
-    if hint is not None:
-        raise SerializationError(
-            f"meta[{key!r}] of {request.url} holds a {name}, which a durable store would "
-            f"hand back as {hint}: convert it to {hint} yourself, so that every store "
-            "hands back the same request"
-        )
-    raise SerializationError(
-        f"meta[{key!r}] of {request.url} holds a {name}, which crawlq cannot store; "
-        "keep meta to msgpack types (str, bytes, int, float, bool, None, list, dict)"
-    )
-
-
-def _serialization_error(request: Request, exc: Exception) -> SerializationError:
-    for key, value in request.meta.items():
-        try:
-            _encoder.encode(value)
-        except (TypeError, ValueError, OverflowError) as inner:
-            return SerializationError(
-                f"meta[{key!r}] of {request.url} cannot be stored: {inner}; "
-                "keep meta to msgpack types (str, bytes, int, float, bool, None, list, dict)"
-            )
-    return SerializationError(f"request {request.url} cannot be stored: {exc}")
+        raise serialization_error(request, exc) from None
 
 
 def decode_request(data: bytes) -> Request:
@@ -464,7 +394,7 @@ def decode_request(data: bytes) -> Request:
         wire = _decoder.decode(data)
     except msgspec.DecodeError as exc:
         raise _decode_error(data, exc) from None
-    if wire.version != SCHEMA_VERSION:
+    if wire.version != SCHEMA_VERSION and wire.version != 1:
         raise _decode_error(data, None)
     request = Request.__new__(Request)
     request.url = wire.url
@@ -477,6 +407,8 @@ def decode_request(data: bytes) -> Request:
     request.errback = wire.errback
     request.dont_filter = wire.dont_filter
     request.depth = wire.depth
+    request.not_before = wire.not_before
+    request.revisit_interval = wire.revisit_interval
     request._lease = None
     return request
 

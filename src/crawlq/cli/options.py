@@ -64,8 +64,6 @@ def note_default_crawl(url: str) -> None:
         )
 
 
-
-
 def store_function(job: str, name: str) -> Callable[..., Any]:
     """Return the function ``name`` (inspect, export, purge...) of ``job``'s store admin.
 

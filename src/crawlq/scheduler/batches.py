@@ -200,19 +200,20 @@ class BatchedCalls:
 
     def _retry_writes(self, out: Outcome) -> None:
         releases = len(out.unwritten_releases) + len(out.unwritten_updated)
-        if not (out.unwritten_acks or releases):
+        acks = len(out.unwritten_acks) + len(out.unwritten_refetched)
+        if not (acks or releases):
             return
         if self._frontier.closed:
             logger.info(
                 "%d acks and %d releases not written: the frontier was closed; "
                 "their requests come back when their leases expire",
-                len(out.unwritten_acks),
+                acks,
                 releases,
             )
             return
         logger.warning(
             "writing %d acks and %d releases failed (%s); tried again with the next batch",
-            len(out.unwritten_acks),
+            acks,
             releases,
             out.write_error,
         )
@@ -220,3 +221,4 @@ class BatchedCalls:
         self._thread.pending.acks[:0] = out.unwritten_acks
         self._thread.pending.releases[:0] = out.unwritten_releases
         self._thread.pending.updated[:0] = out.unwritten_updated
+        self._thread.pending.refetched[:0] = out.unwritten_refetched

@@ -55,6 +55,7 @@ from .._frontier import Frontier, Invalid
 from .._request import Request
 from ..stores.base import HostCount
 from .batches import BatchedCalls
+from .finishing import Finishes
 from .holdings import Holdings, WorkerWatch
 from .store_thread import StoreThread
 from .waiting import Waiting
@@ -82,7 +83,7 @@ class SchedulerStats:
     skipped: int = 0
 
 
-class Scheduler(Waiting, BatchedCalls, WorkerWatch):
+class Scheduler(Finishes, Waiting, BatchedCalls, WorkerWatch):
     """Hands requests from a frontier to asyncio workers, waiting when none is ready.
 
     ``maxsize`` bounds the number of queued requests (0: no bound): ``add``
@@ -197,6 +198,8 @@ class Scheduler(Waiting, BatchedCalls, WorkerWatch):
         fingerprints: Sequence[bytes] | None = None,
         ack: Request | Iterable[Request] | None = None,
         invalid: Literal["raise"] = "raise",
+        refetch_after: float | None = None,
+        changed: bool | None = None,
     ) -> list[bool]: ...
 
     @overload
@@ -207,6 +210,8 @@ class Scheduler(Waiting, BatchedCalls, WorkerWatch):
         fingerprints: Sequence[bytes] | None = None,
         ack: Request | Iterable[Request] | None = None,
         invalid: Invalid,
+        refetch_after: float | None = None,
+        changed: bool | None = None,
     ) -> list[bool | None]: ...
 
     async def add_many(
@@ -216,6 +221,8 @@ class Scheduler(Waiting, BatchedCalls, WorkerWatch):
         fingerprints: Sequence[bytes] | None = None,
         ack: Request | Iterable[Request] | None = None,
         invalid: Invalid = "raise",
+        refetch_after: float | None = None,
+        changed: bool | None = None,
     ) -> list[bool] | list[bool | None]:
         """Add a batch (`Request`s or URL strings) in one frontier operation.
 
@@ -234,11 +241,23 @@ class Scheduler(Waiting, BatchedCalls, WorkerWatch):
         added or acked then), and what `Frontier.add_many` raises.
         ``fingerprints``, one per request, dedups by them instead of the
         frontier's fingerprinter, as `Frontier.add_many` does.
+        ``refetch_after`` and ``changed`` make the ack a refetch, as
+        `task_done` does; the page is finished after its links are stored.
         """
         batch = list(requests)
         acked: tuple[Request, ...] = ()
         if ack is not None:
             acked = (ack,) if isinstance(ack, Request) else tuple(ack)
+        if refetch_after is not None or changed is not None:
+            if not acked:
+                self._frontier._check_refetch_kinds(refetch_after=refetch_after, changed=changed)
+            # Checked before anything is stored; the refetches follow the links.
+            self._frontier._refetches(acked, refetch_after, changed)
+            added: list[bool] | list[bool | None]
+            added = await self.add_many(batch, fingerprints=fingerprints, invalid=invalid)
+            for request in acked:
+                self.task_done(request, refetch_after=refetch_after, changed=changed)
+            return added
         await self._wait_for_room()
         if self._thread is not None:
             added = await self._add_on_thread(self._thread, batch, acked, invalid, fingerprints)
@@ -312,61 +331,14 @@ class Scheduler(Waiting, BatchedCalls, WorkerWatch):
                 return delivered
             # Woken without a request (the timer): try the frontier again.
 
-    # -- finishing ------------------------------------------------------------
-
-    def _finish(self, request: Request, *, done: bool, update: Request | None = None) -> None:
-        """Ack (``done``) or release (with ``update``) a request now, or with the next batch."""
-        if self._thread is None:
-            if done:
-                self._frontier.ack(request)
-            else:
-                self._frontier.release(request, update=update)
-            return
-        leases = self._frontier._leases((request,))
-        pending = self._thread.pending
-        if update is not None:  # checked now: the caller gets InvalidRequest
-            pending.updated.append((leases[0], self._frontier._update(request, update)))
-            return
-        (pending.acks if done else pending.releases).extend(leases)
-
-    def _release_held(self, request: Request) -> None:
-        """Release a request whose task died (for `Holdings`)."""
-        self._finish(request, done=False)
-        if self._thread is not None:
-            self._changed()
-
-    def task_done(self, request: Request) -> None:
-        """Mark a request returned by `get` as done (acks its lease).
-
-        Raises `LeaseError` for a request this scheduler's frontier never
-        handed out. Works after ``close()``, so in-flight work can finish.
-        Finish requests from `get` through the scheduler (this, `release` or
-        ``add_many(..., ack=)``), not through the frontier: the scheduler
-        keeps track of which task holds each one. With a store that does I/O
-        the ack is written with the scheduler's next batch of store calls.
-        """
-        self._finish(request, done=True)
-        self._holdings.forget(request)
-        self._changed()
-
-    def release(self, request: Request, *, update: Request | None = None) -> None:
-        """Put a request returned by `get` back in its place, not done.
-
-        For a request the worker could not finish now and wants fetched again
-        (it is handed out again, in its place). Works after ``close()``.
-        ``update`` replaces its fields as `Frontier.release` says (a retry
-        count in meta, say); with a store that does I/O it is written with
-        the next batch, as the release is. Raises `LeaseError` for a request
-        this frontier never handed out, `InvalidRequest` for an ``update``
-        that changes its url, method, body or download slot (then nothing
-        is released).
-        """
-        self._finish(request, done=False, update=update)
-        self._holdings.forget(request)
-        self._changed()
-
     async def join(self) -> None:
-        """Wait until nothing is queued or in flight.
+        """Wait until nothing is queued, scheduled or in flight, revisits aside.
+
+        A request waiting for its ``not_before`` or a delayed release is work
+        of this crawl: ``join`` waits for it. A revisit (a page acked with
+        ``refetch_after`` or ``changed``) is the next round's work: ``join``
+        does not wait for it (run workers on after ``join`` for a
+        continuous crawl).
 
         After ``close()``, waits only until in-flight requests are done (the
         queued rest stays in the frontier). A ``join`` already waiting when
@@ -399,8 +371,7 @@ class Scheduler(Waiting, BatchedCalls, WorkerWatch):
         if self._thread is not None:
             queued, leased = self._queued, self._leased
         else:
-            stats = self._frontier.stats()
-            queued, leased = stats.queued, stats.leased
+            queued, leased = self._frontier._counts()
         return leased > 0 if self._closed else queued + leased > 0
 
     def _check_idle(self) -> None:

@@ -42,7 +42,7 @@ from .._errors import CrawlqError
 from .._frontier import Frontier
 from .._lease import Lease
 from .._request import Request
-from ..stores.base import Entry
+from ..stores.base import Entry, Refetch
 
 __all__ = ["Add", "Batch", "BatchOwner", "Outcome", "StoreThread", "run_batch"]
 
@@ -68,8 +68,11 @@ class Batch:
     adds: list[Add] = field(default_factory=list)
     acks: list[Lease] = field(default_factory=list)
     releases: list[Lease] = field(default_factory=list)
-    #: Releases with an update: the lease, and the entry of the updated request.
-    updated: list[tuple[Lease, Entry]] = field(default_factory=list)
+    #: Releases with an update or a delay: the lease, the entry of the
+    #: updated request (None: unchanged) and the delay (0.0: none).
+    updated: list[tuple[Lease, Entry | None, float]] = field(default_factory=list)
+    #: Acks that schedule their request again: the lease and its refetch.
+    refetched: list[tuple[Lease, Refetch]] = field(default_factory=list)
     #: Requests to pop (one per waiting getter).
     pops: int = 0
     #: Requests to pop for getters expected soon (see `BatchedCalls._take_ahead`).
@@ -84,7 +87,13 @@ class Batch:
 
     def __bool__(self) -> bool:
         return bool(
-            self.adds or self.acks or self.releases or self.updated or self.pops or self.counts
+            self.adds
+            or self.acks
+            or self.releases
+            or self.updated
+            or self.refetched
+            or self.pops
+            or self.counts
         )
 
 
@@ -97,7 +106,8 @@ class Outcome:
     #: Acks or releases not written (an error): tried again with the next batch.
     unwritten_acks: list[Lease] = field(default_factory=list)
     unwritten_releases: list[Lease] = field(default_factory=list)
-    unwritten_updated: list[tuple[Lease, Entry]] = field(default_factory=list)
+    unwritten_updated: list[tuple[Lease, Entry | None, float]] = field(default_factory=list)
+    unwritten_refetched: list[tuple[Lease, Refetch]] = field(default_factory=list)
     write_error: CrawlqError | None = None
     popped: list[Request] = field(default_factory=list)
     pop_error: CrawlqError | None = None
@@ -115,16 +125,19 @@ def run_batch(frontier: Frontier, batch: Batch) -> Outcome:
     out = Outcome()
     with frontier._lock:
         if batch.releases or batch.updated:
-            leases = batch.releases + [lease for lease, _ in batch.updated]
+            leases = batch.releases + [lease for lease, _, _ in batch.updated]
             updates: list[Entry | None] | None = None
+            delays: list[float] | None = None
             if batch.updated:
-                updates = [None] * len(batch.releases) + [entry for _, entry in batch.updated]
+                updates = [None] * len(batch.releases)
+                updates.extend(entry for _, entry, _ in batch.updated)
+                delays = [0.0] * len(batch.releases) + [delay for _, _, delay in batch.updated]
             # A release leases nothing ahead: the batch's pops ride its write
             # below (a store that guesses would lease one into a buffer that
             # no getter of this process may ever take, hidden from others).
             frontier._expect_pops(0)
             try:
-                frontier._finish(leases, done=False, updates=updates)
+                frontier._finish(leases, done=False, updates=updates, delays=delays)
             except CrawlqError as exc:
                 out.unwritten_releases, out.write_error = batch.releases, exc
                 out.unwritten_updated = batch.updated
@@ -148,6 +161,15 @@ def run_batch(frontier: Frontier, batch: Batch) -> Outcome:
                 frontier._finish(batch.acks, done=True)
             except CrawlqError as exc:
                 out.unwritten_acks, out.write_error = batch.acks, exc
+        if batch.refetched:
+            try:
+                frontier._finish(
+                    [lease for lease, _ in batch.refetched],
+                    done=True,
+                    refetch=[again for _, again in batch.refetched],
+                )
+            except CrawlqError as exc:
+                out.unwritten_refetched, out.write_error = batch.refetched, exc
         try:
             popped = out.popped
             for _ in range(batch.pops + batch.ahead):
@@ -294,9 +316,15 @@ class StoreThread:
         if self._flight is not None:
             concurrent.futures.wait((self._flight,))
         pending = self.pending
-        if pending.acks or pending.releases or pending.updated:
-            now = Batch(acks=pending.acks, releases=pending.releases, updated=pending.updated)
+        if pending.acks or pending.releases or pending.updated or pending.refetched:
+            now = Batch(
+                acks=pending.acks,
+                releases=pending.releases,
+                updated=pending.updated,
+                refetched=pending.refetched,
+            )
             pending.acks, pending.releases, pending.updated = [], [], []
+            pending.refetched = []
             self._owner._settle(now, run_batch(self._frontier, now))
 
     async def close(self) -> None:

@@ -29,7 +29,6 @@ _MIN_WAIT = 0.001
 _SHARED_POLL = 0.5
 
 
-
 class Waiting:
     """Waking of `Scheduler` (a mixin: the scheduler's ``__init__`` sets the state)."""
 

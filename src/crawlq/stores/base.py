@@ -30,6 +30,35 @@ Release with an update
     before `release` returns, in its one ordered stream of writes (Redis: in
     the function call that releases).
 
+Due times
+    A request may be *scheduled*: held, but not handed out before its due
+    time. That is the entry request's ``not_before`` (POSIX seconds) at
+    `Store.add`, ``now + delay`` for a `Store.release` with ``delays``, and
+    ``now + delay`` for a `Store.ack` with ``refetch``. A scheduled request
+    is counted in `StoreCounts.scheduled` (not in ``queued``); its host's
+    pacing, concurrency and queued count ignore it. Once due it is queued in
+    its place, as a released request is (an add's or release's in its own
+    sequence number; a refetch's in a new one taken when it was acked, as if
+    added then), and competes by priority and pacing like any other. A store
+    makes due requests ready as its calls run (at most a bounded batch per
+    call, O(log n) each in scheduled requests), never by a scan. Due times
+    are wall-clock times: the memory store converts ``not_before`` into its
+    clock when the request is added (``now + not_before - time.time()``);
+    SQLite uses ``time.time()``; Redis the server's ``TIME``, as its leases.
+    `Store.next_ready_in` counts the first due time.
+
+Refetch
+    `Store.ack` with ``refetch`` (one per lease, None for a plain ack): an
+    entry ``(delay, update)`` acks the lease (counted in ``acked`` and in
+    `Counters.refetched`) and schedules the same request again after
+    ``delay`` seconds, with ``update`` (an `Entry` or None) replacing what
+    is stored of it as a release's update does. Its fingerprint stays seen.
+    While it waits it is a *revisit*: counted in `StoreCounts.scheduled`
+    and in `StoreCounts.revisits`, which a one-shot crawl does not wait for
+    (`Scheduler.join`). Only a current lease refetches; an ended one does
+    nothing. `Store.add` takes ``refetch`` the same way, for its
+    ``finished`` leases.
+
 Order
     Among ready requests the highest priority comes first. Within a priority,
     the host with the fewest leased requests wins; then first accepted, first
@@ -84,12 +113,18 @@ __all__ = [
     "Entry",
     "HostCount",
     "HostList",
+    "Refetch",
     "Store",
     "StoreAdmin",
     "StoreCounts",
     "host_details",
     "merge_hosts",
 ]
+
+#: What an ack does instead of finishing a request for good: schedule it
+#: again after ``delay`` seconds, with its stored fields replaced by the
+#: entry's (None: unchanged). See "Refetch" above.
+Refetch = tuple[float, "Entry | None"]
 
 #: A validated request ready to store: ``(fingerprint, host, request,
 #: payload)``. ``payload`` is the encoded request for stores that keep bytes
@@ -122,6 +157,8 @@ class Counters:
     released: int = 0
     #: Leases that ran out (or whose holder was killed): re-deliveries.
     expired: int = 0
+    #: Acks that scheduled the request again (``ack(refetch_after=)``, revisits).
+    refetched: int = 0
 
     def __add__(self, other: Counters) -> Counters:
         """Both crawls' (or both shards') counts added up."""
@@ -133,6 +170,7 @@ class Counters:
             self.acked + other.acked,
             self.released + other.released,
             self.expired + other.expired,
+            self.refetched + other.refetched,
         )
 
 
@@ -143,6 +181,13 @@ class StoreCounts(NamedTuple):
     leased: int
     seen: int
     counters: Counters = Counters()
+    #: Requests held but not due yet (revisits included).
+    scheduled: int = 0
+    #: The part of ``scheduled`` that refetches pages already done.
+    revisits: int = 0
+    #: Seconds until the first scheduled request is due (0.0: one is due
+    #: now); None when nothing is scheduled.
+    next_due_in: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,13 +287,20 @@ class Store(Protocol):
     origin: str
 
     def add(
-        self, entries: Sequence[Entry], finished: Sequence[object] = (), *, lifo: bool | None = None
+        self,
+        entries: Sequence[Entry],
+        finished: Sequence[object] = (),
+        *,
+        lifo: bool | None = None,
+        refetch: Sequence[Refetch | None] | None = None,
     ) -> list[bool]:
         """Dedup and enqueue a batch atomically; False marks a duplicate.
 
         ``finished`` holds lease handles to ack in the same durable step,
-        after the batch: a request and the children it produced. ``lifo``
-        overrides the policy's order for this batch (None: the policy's).
+        after the batch: a request and the children it produced; ``refetch``
+        (one per handle) makes those acks refetches, as `ack` does. ``lifo``
+        overrides the policy's order for this batch (None: the policy's). An
+        entry whose request has a ``not_before`` in the future is scheduled.
         """
         ...
 
@@ -256,17 +308,27 @@ class Store(Protocol):
         """Lease and return the next ready request, or None if none is ready now."""
         ...
 
-    def ack(self, leases: Sequence[object]) -> None:
-        """Finish the leased requests behind these handles (ended ones: nothing)."""
+    def ack(
+        self, leases: Sequence[object], refetch: Sequence[Refetch | None] | None = None
+    ) -> None:
+        """Finish the leased requests behind these handles (ended ones: nothing).
+
+        ``refetch``, one per lease (None: done for good), schedules a request
+        again (see "Refetch" above).
+        """
         ...
 
     def release(
-        self, leases: Sequence[object], updates: Sequence[Entry | None] | None = None
+        self,
+        leases: Sequence[object],
+        updates: Sequence[Entry | None] | None = None,
+        delays: Sequence[float] | None = None,
     ) -> None:
         """Put the leased requests behind these handles back in their places.
 
         ``updates``, one per lease (None: unchanged), replaces what is stored
-        of each request (see "Release with an update" above).
+        of each request (see "Release with an update" above). ``delays``, one
+        per lease (seconds, 0.0: none), schedules each for that long.
         """
         ...
 

@@ -6,11 +6,14 @@ acceptance number; the shared `Board` picks the slot whose head goes next, so
 ``pop`` is O(log n) in queued requests and hosts. An item is a `Lease`: the one
 a popped request carries; every (re)queueing makes a new item, so a stale lease
 never matches a later one. Lease deadlines arrive in pop order (one
-``lease_timeout`` for all): `LeaseDeadlines` holds them.
+``lease_timeout`` for all): `LeaseDeadlines` holds them. Scheduled requests
+(not due yet) wait in one heap by due time, outside their hosts; `pop` moves
+the due ones into their hosts, O(log n) each.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from heapq import heappop, heappush
 from typing import Any, Final
@@ -21,7 +24,7 @@ from .._lease import Lease, LeaseDeadlines, new_lease
 from .._policy import Board, Policy, Slot, order_key
 from .._request import Request
 from .._seen import ExpiringFingerprints, FingerprintSet
-from .base import Counters, Entry, HostList, StoreCounts, host_details
+from .base import Counters, Entry, HostList, Refetch, StoreCounts, host_details
 
 __all__ = ["OPTIONS", "MemoryStore", "open_store"]
 
@@ -49,6 +52,14 @@ class _Host(Slot):
 # A queued request's heap entry, which is also its lease once popped:
 # (-priority, order, request, host, origin).
 _Item = Lease
+
+# A scheduled request: (due, order, -priority, request, host name, revisit).
+# The host goes by name: its slot may be gone (forgotten while empty) by the
+# time the request is due.
+_Scheduled = tuple[float, int, int, Request, str, bool]
+
+#: Most scheduled requests one call makes ready (the rest: the next calls).
+_DUE_BATCH: Final = 1024
 
 
 class MemoryStore:
@@ -90,6 +101,11 @@ class MemoryStore:
         self._released = 0
         self._expired = 0
         self._state: dict[str, Any] = {}
+        # Acceptance numbers; refetches take theirs from it too.
+        self._sequence = 0
+        self._scheduled: list[_Scheduled] = []
+        self._revisits = 0
+        self._refetched = 0
 
     def _forget(self, slot: Slot) -> None:
         del self._hosts[slot.name]
@@ -97,7 +113,12 @@ class MemoryStore:
     # -- adding ---------------------------------------------------------------
 
     def add(
-        self, entries: Sequence[Entry], finished: Sequence[object] = (), *, lifo: bool | None = None
+        self,
+        entries: Sequence[Entry],
+        finished: Sequence[object] = (),
+        *,
+        lifo: bool | None = None,
+        refetch: Sequence[Refetch | None] | None = None,
     ) -> list[bool]:
         added: list[bool] = []
         seen_add = self._seen.add
@@ -126,11 +147,23 @@ class MemoryStore:
                 # dont_filter re-add): store a copy so each has its own lease.
                 request = request.replace()
             self._accepted += 1
+            self._sequence += 1
+            if request.not_before is not None:
+                wait = request.not_before - time.time()
+                if wait > 0:
+                    request._lease = _QUEUED
+                    order = order_key(self._sequence, lifo, store_lifo)
+                    due = self._clock() + wait
+                    heappush(
+                        self._scheduled, (due, order, -request.priority, request, host_name, False)
+                    )
+                    added.append(True)
+                    continue
             host = hosts.get(host_name)
             if host is None:
                 host = hosts[host_name] = _Host(host_name)
                 self._board.adopt(host)
-            order = order_key(self._accepted, lifo, store_lifo)
+            order = order_key(self._sequence, lifo, store_lifo)
             item = new_lease(Lease, (-request.priority, order, request, host, origin))
             request._lease = _QUEUED
             queue = host.queue
@@ -141,7 +174,7 @@ class MemoryStore:
                 self._board.place(host, self._clock())
             added.append(True)
         if finished:
-            self.ack(finished)
+            self.ack(finished, refetch)
         return added
 
     # -- popping --------------------------------------------------------------
@@ -155,6 +188,9 @@ class MemoryStore:
         if deadlines and deadlines[0] <= now:
             for item in self._deadlines.expired(now):
                 self._end_lease(item, requeue=True, now=now, expired=True)
+        scheduled = self._scheduled
+        if scheduled and scheduled[0][0] <= now:
+            self._make_due(now)
         board = self._board
         slot = board.take(now)
         if slot is None:
@@ -175,7 +211,12 @@ class MemoryStore:
 
     # -- finishing ------------------------------------------------------------
 
-    def ack(self, leases: Sequence[object]) -> None:
+    def ack(
+        self, leases: Sequence[object], refetch: Sequence[Refetch | None] | None = None
+    ) -> None:
+        if refetch is not None:
+            self._refetch(leases, refetch)
+            return
         # _end_lease without requeue, and LeaseDeadlines.trim, inlined: the
         # ack is half of every request's cost.
         clock = self._clock  # see pop
@@ -203,18 +244,83 @@ class MemoryStore:
             self._deadlines.trim()  # a slow lease holds the front: compact
 
     def release(
-        self, leases: Sequence[object], updates: Sequence[Entry | None] | None = None
+        self,
+        leases: Sequence[object],
+        updates: Sequence[Entry | None] | None = None,
+        delays: Sequence[float] | None = None,
     ) -> None:
         now = self._clock()
-        if updates is None:
+        if updates is None and delays is None:
             for lease in leases:
                 self._end_lease(lease, requeue=True, now=now)
         else:
-            for lease, update in zip(leases, updates, strict=True):
+            for index, lease in enumerate(leases):
+                update = None if updates is None else updates[index]
                 if update is not None:
                     lease = self._updated(lease, update[2])
-                self._end_lease(lease, requeue=True, now=now)
+                delay = 0.0 if delays is None else delays[index]
+                self._end_lease(lease, requeue=True, now=now, delay=delay)
         self._deadlines.trim()
+
+    def _refetch(self, leases: Sequence[object], refetch: Sequence[Refetch | None]) -> None:
+        """Ack each lease; schedule the refetched ones again, in a new sequence number."""
+        now = self._clock()
+        plain = []
+        for lease, again in zip(leases, refetch, strict=True):
+            if again is None:
+                plain.append(lease)
+                continue
+            delay, update = again
+            if update is not None:
+                lease = self._updated(lease, update[2])
+            item = self._leases.get(lease[1])  # type: ignore[index]
+            if item is None or item is not lease:
+                continue  # ended: nothing to refetch (at-least-once)
+            self._end_lease(item, requeue=False, now=now)
+            self._refetched += 1
+            self._sequence += 1
+            # A copy: the worker still holds the object it acked.
+            request = item[2].replace()
+            request._lease = _QUEUED
+            order = order_key(self._sequence, self._lifo, self._lifo)
+            self._schedule(
+                (now + delay, order, -request.priority, request, item[3].name, True), now
+            )
+        if plain:
+            self.ack(plain)
+        else:
+            self._deadlines.trim()
+
+    def _schedule(self, scheduled: _Scheduled, now: float) -> None:
+        """Hold a request until its due time (queue it now if that has come)."""
+        heappush(self._scheduled, scheduled)
+        if scheduled[5]:
+            self._revisits += 1
+        if scheduled[0] <= now:
+            self._make_due(now)
+
+    def _make_due(self, now: float) -> None:
+        """Queue the scheduled requests that are due, in their hosts (a bounded batch)."""
+        scheduled = self._scheduled
+        hosts = self._hosts
+        origin = self._origin
+        for _ in range(_DUE_BATCH):
+            if not scheduled or scheduled[0][0] > now:
+                return
+            _, order, priority, request, host_name, revisit = heappop(scheduled)
+            if revisit:
+                self._revisits -= 1
+            host = hosts.get(host_name)
+            if host is None:
+                host = hosts[host_name] = _Host(host_name)
+                self._board.adopt(host)
+            item = new_lease(Lease, (priority, order, request, host, origin))
+            queue = host.queue
+            heappush(queue, item)
+            self._queued += 1
+            if queue[0] is item:
+                host.head = item
+                self._board.place(host, now)
 
     def _updated(self, lease: Any, request: Request) -> Any:
         """Put ``request`` in the place of the one leased under ``lease``; return the new lease.
@@ -234,7 +340,9 @@ class MemoryStore:
         self._leases[item[1]] = updated
         return updated
 
-    def _end_lease(self, lease: Any, *, requeue: bool, now: float, expired: bool = False) -> None:
+    def _end_lease(
+        self, lease: Any, *, requeue: bool, now: float, expired: bool = False, delay: float = 0.0
+    ) -> None:
         item = self._leases.get(lease[1])
         if item is None or item is not lease:
             return  # already acked, released or expired (at-least-once), or not ours
@@ -251,9 +359,13 @@ class MemoryStore:
                 # the queue a copy so that late call cannot touch the new lease.
                 request = request.replace()
             request._lease = _QUEUED
-            heappush(host.queue, new_lease(Lease, (item[0], item[1], request, host, item[4])))
-            host.head = host.queue[0]
-            self._queued += 1
+            if delay > 0:
+                due = (now + delay, item[1], item[0], request, host.name, False)
+                heappush(self._scheduled, due)
+            else:
+                heappush(host.queue, new_lease(Lease, (item[0], item[1], request, host, item[4])))
+                host.head = host.queue[0]
+                self._queued += 1
         # Its key (fewest leases) or its eligibility (concurrency) changed.
         self._board.place(host, now)
 
@@ -264,18 +376,32 @@ class MemoryStore:
         return [fingerprint in seen for fingerprint in fingerprints]
 
     def counts(self) -> StoreCounts:
+        now = self._clock()
+        if self._scheduled and self._scheduled[0][0] <= now:
+            self._make_due(now)
         queued, leased = self._queued, len(self._leases)
-        returned = self._released + self._expired
+        scheduled = len(self._scheduled)
+        held = queued + scheduled
+        entered = self._accepted + self._refetched
         counters = Counters(
             accepted=self._accepted,
             duplicates=self._duplicates,
             capped=self._capped,
-            popped=self._accepted + returned - queued,
-            acked=self._accepted - queued - leased,
+            popped=entered + self._released + self._expired - held,
+            acked=entered - held - leased,
             released=self._released,
             expired=self._expired,
+            refetched=self._refetched,
         )
-        return StoreCounts(queued, leased, len(self._seen), counters)
+        return StoreCounts(
+            queued,
+            leased,
+            len(self._seen),
+            counters,
+            scheduled,
+            self._revisits,
+            max(0.0, self._scheduled[0][0] - now) if scheduled else None,
+        )
 
     def host_counts(self, limit: int) -> HostList:
         board = self._board
@@ -315,10 +441,16 @@ class MemoryStore:
         return sum(1 for fingerprint in fingerprints if discard(fingerprint))
 
     def next_ready_in(self) -> float | None:
-        if not self._queued and not self._leases:
+        scheduled = self._scheduled
+        if not self._queued and not self._leases and not scheduled:
             return None
         now = self._clock()
+        if scheduled and scheduled[0][0] <= now:
+            self._make_due(now)
         soonest = self._board.next_ready_in(now)
+        if scheduled:
+            due = max(0.0, scheduled[0][0] - now)
+            soonest = due if soonest is None else min(soonest, due)
         expiry = self._deadlines.next_in(now)
         if expiry is not None:
             soonest = expiry if soonest is None else min(soonest, expiry)
@@ -339,6 +471,7 @@ class MemoryStore:
     def close(self) -> None:
         self._hosts.clear()
         self._board.clear()
+        self._scheduled.clear()
 
 
 class _Queued:

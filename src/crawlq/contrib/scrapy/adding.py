@@ -47,7 +47,6 @@ _PLACEHOLDER_URL: Final = "http://crawlq.invalid/"
 _HOLD_MAX: Final = 1024
 
 
-
 class FrontierAdds:
     """Adding of `Frontiers` (a mixin: its ``__init__`` sets the state)."""
 
