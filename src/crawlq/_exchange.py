@@ -17,7 +17,14 @@ key             value                                        default
 ``errback``     str                                          null
 ``dont_filter`` bool                                         false
 ``depth``       int >= 0                                     ``0``
+``not_before``  number: POSIX seconds; not handed out before null (due now)
+``revisit_interval`` number > 0: a `crawlq.Revisit` interval null
 =============== ============================================ ===============
+
+``not_before`` of an exported request is when it is due: for a request
+released with a delay or acked with a refetch, that time, not the one it was
+added with. Imported, it is scheduled until then (a revisit comes back as a
+request due later, no longer counted among ``revisits``).
 
 Lines are written in ASCII (other characters as JSON escapes, ``\\uXXXX``), so no
 tool can split a line where a JSON string holds U+2028 or the like. Any other
@@ -73,6 +80,8 @@ _KEYS: Final = (
     "errback",
     "dont_filter",
     "depth",
+    "not_before",
+    "revisit_interval",
 )
 
 
@@ -149,6 +158,10 @@ def encode_line(request: Request) -> str:
         line["dont_filter"] = True
     if request.depth:
         line["depth"] = request.depth
+    if request.not_before is not None:
+        line["not_before"] = request.not_before
+    if request.revisit_interval is not None:
+        line["revisit_interval"] = request.revisit_interval
     # ASCII only: no U+2028, NEL... that a line splitter could take for a line end.
     return json.dumps(line, separators=(",", ":"), allow_nan=False)
 
@@ -211,7 +224,7 @@ def decode_line(text: str) -> Request:
     if "url" not in data:
         raise InvalidRequest("the 'url' key is missing")
     fields: dict[str, Any] = {}
-    for key in ("method", "headers", "priority", "callback", "errback", "depth"):
+    for key in ("method", "headers", "priority", "callback", "errback", "depth", "not_before"):
         if key in data:
             fields[key] = data[key]
     if "headers" in fields and not isinstance(fields["headers"], dict):
@@ -227,6 +240,17 @@ def decode_line(text: str) -> Request:
             raise InvalidRequest(f"dont_filter must be true or false, not {data['dont_filter']!r}")
         fields["dont_filter"] = data["dont_filter"]
     request = Request(data["url"], **fields)
+    if "revisit_interval" in data:
+        interval = data["revisit_interval"]
+        if interval is not None:
+            if (
+                isinstance(interval, bool)
+                or not isinstance(interval, int | float)
+                or not math.isfinite(interval)
+                or interval <= 0
+            ):
+                raise InvalidRequest(f"revisit_interval must be a number > 0, not {interval!r}")
+            request.revisit_interval = float(interval)
     slot = request.meta.get("download_slot")
     if slot is not None and (type(slot) is not str or not slot):
         raise InvalidRequest(f"meta['download_slot'] must be a non-empty str, not {slot!r}")
