@@ -43,6 +43,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, overload
 
+from .._due import check_delay
 from .._errors import (
     ConfigError,
     InvalidRequest,
@@ -57,6 +58,7 @@ from ..stores.base import HostCount
 from .batches import BatchedCalls
 from .finishing import Finishes
 from .holdings import Holdings, WorkerWatch
+from .idle import join_idle
 from .store_thread import StoreThread
 from .waiting import Waiting
 
@@ -81,6 +83,10 @@ class SchedulerStats:
     hosts: tuple[HostCount, ...] | None = None
     #: Invalid requests ``add_many(..., invalid="skip")`` skipped (see `FrontierStats`).
     skipped: int = 0
+    #: Requests held but not due yet (see `FrontierStats.scheduled`).
+    scheduled: int = 0
+    #: Seconds until the first scheduled request is due; None: none is.
+    next_due_in: float | None = None
 
 
 class Scheduler(Finishes, Waiting, BatchedCalls, WorkerWatch):
@@ -331,8 +337,14 @@ class Scheduler(Finishes, Waiting, BatchedCalls, WorkerWatch):
                 return delivered
             # Woken without a request (the timer): try the frontier again.
 
-    async def join(self) -> None:
+    async def join(self, *, idle_for: float | None = None) -> None:
         """Wait until nothing is queued, scheduled or in flight, revisits aside.
+
+        ``idle_for`` (seconds) is for a pool of workers fed from outside
+        (``crawlq add``): return only once the crawl has had nothing to do
+        for that long straight, work added meanwhile (by any process)
+        starting the count again; 0 waits for ever (until ``close()``).
+        Raises `InvalidRequest` for a negative or non-finite ``idle_for``.
 
         A request waiting for its ``not_before`` or a delayed release is work
         of this crawl: ``join`` waits for it. A revisit (a page acked with
@@ -347,6 +359,16 @@ class Scheduler(Finishes, Waiting, BatchedCalls, WorkerWatch):
         exception (each failure is raised once: into the joins waiting then,
         or else the next ``join``); its requests were released, not lost.
         """
+        if idle_for is not None:
+            seconds = check_delay("idle_for", idle_for)
+            await join_idle(
+                self.join,
+                self._frontier,
+                seconds,
+                lambda: self._closed,
+                off_loop=self._thread is not None,
+            )
+            return
         while True:
             failure = self._failure
             if failure is not None:
@@ -443,6 +465,8 @@ class Scheduler(Finishes, Waiting, BatchedCalls, WorkerWatch):
             closed=self._closed,
             hosts=frontier.hosts,
             skipped=frontier.skipped,
+            scheduled=frontier.scheduled,
+            next_due_in=frontier.next_due_in,
         )
 
     async def __aenter__(self) -> Scheduler:
