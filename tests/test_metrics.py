@@ -245,3 +245,28 @@ def test_a_scrape_while_the_server_is_gone_says_so(redis_servers: StartServer) -
         assert figures == {"crawlq_store_up": 0}
     finally:
         exporter.shutdown()
+
+
+def test_scheduled_requests_and_the_next_due_time_are_served() -> None:
+    frontier = crawlq.open_frontier("memory://")
+    port = free_port()
+    server = crawlq.metrics.serve(frontier, port)
+    try:
+        empty = crawl_figures(scrape(port), "memory")
+        assert empty["crawlq_requests_scheduled"] == 0
+        assert "crawlq_next_due_seconds" not in empty  # nothing scheduled: no series
+        frontier.add(crawlq.Request("https://a.example/later", not_before=time.time() + 60))
+        frontier.add_many(["https://b.example/page", "https://c.example/retry"])
+        page, retry = frontier.pop(), frontier.pop()
+        assert page is not None and retry is not None
+        frontier.ack(page, refetch_after=3600)
+        frontier.release(retry, delay=30)
+        figures = crawl_figures(scrape(port), "memory")
+    finally:
+        server.shutdown()
+        frontier.close()
+    assert figures["crawlq_requests_scheduled"] == 3
+    assert figures["crawlq_requests_revisits"] == 1
+    assert figures["crawlq_requests_refetched_total"] == 1
+    assert figures["crawlq_requests_queued"] == 0
+    assert 25 < figures["crawlq_next_due_seconds"] <= 30

@@ -41,6 +41,11 @@ class Snapshot:
     #: Hosts holding requests, and hosts blocked now, listed or not.
     busy_hosts: int = 0
     blocked_hosts: int = 0
+    #: Requests held but not due yet, the revisits among them, and seconds
+    #: until the first is due (None: none is).
+    scheduled: int = 0
+    revisits: int = 0
+    next_due_in: float | None = None
 
 
 def read_snapshot(url: str, *, top: int = 20) -> Snapshot:

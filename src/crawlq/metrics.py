@@ -54,6 +54,7 @@ _COUNTERS: Final = (
     ("acked", "crawlq_requests_acked", "Requests finished by an ack."),
     ("released", "crawlq_requests_released", "Requests put back by release."),
     ("expired", "crawlq_leases_expired", "Leases that ran out: re-deliveries."),
+    ("refetched", "crawlq_requests_refetched", "Acks that scheduled a refetch."),
 )
 
 
@@ -113,10 +114,20 @@ class CrawlCollector:
             ("crawlq_fingerprints_seen", "Fingerprints recorded for dedup.", snapshot.seen),
             ("crawlq_hosts_busy", "Hosts holding requests.", snapshot.busy_hosts),
             ("crawlq_hosts_blocked", "Hosts blocked now.", snapshot.blocked_hosts),
+            ("crawlq_requests_scheduled", "Requests held, not due yet.", snapshot.scheduled),
+            ("crawlq_requests_revisits", "Scheduled refetches of done pages.", snapshot.revisits),
         ):
             gauge = core.GaugeMetricFamily(name, text, labels=["crawl"])
             gauge.add_metric(label, value)
             yield gauge
+        if snapshot.next_due_in is not None:  # no series while nothing is scheduled
+            due = core.GaugeMetricFamily(
+                "crawlq_next_due_seconds",
+                "Seconds until the first scheduled request is due.",
+                labels=["crawl"],
+            )
+            due.add_metric(label, snapshot.next_due_in)
+            yield due
         per_host = (
             ("crawlq_host_requests_queued", "Queued requests of a busiest host.", "queued"),
             ("crawlq_host_requests_leased", "Leased requests of a busiest host.", "leased"),
@@ -143,6 +154,9 @@ def _frontier_snapshot(frontier: Frontier, host_series: int) -> Callable[[], Sna
             time.monotonic(),
             stats.busy_hosts or 0,
             stats.blocked_hosts or 0,
+            stats.scheduled,
+            stats.revisits,
+            stats.next_due_in,
         )
 
     return read

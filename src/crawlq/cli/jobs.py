@@ -266,12 +266,15 @@ def _read_lines(file: str) -> list[bytes]:
 
 
 def _job_options(job: str) -> tuple[Fingerprinter, bool]:
-    """The fingerprinter and LIFO setting an existing job was created with (else defaults)."""
-    if store_kind(job).name != "sqlite":
-        return Fingerprinter(), False
-    from ..stores.sqlite.admin import job_settings
+    """The fingerprinter and LIFO setting an existing job or crawl was created with (else defaults).
 
-    settings = job_settings(job)
+    Read through the store's admin interface, so a Redis crawl made by a
+    Scrapy worker (``lifo=True``) is imported into in its own order.
+    """
+    kind = store_kind(job)
+    if kind.name == "memory":
+        return Fingerprinter(), False
+    settings = kind.admin("import into").crawl_settings(job)
     if not settings:
         return Fingerprinter(), False
     fingerprint = settings.get("fingerprint")

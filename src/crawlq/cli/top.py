@@ -164,6 +164,14 @@ def frame(job: str, history: History, interval: float, problem: str | None = Non
         f"re-delivered {c.expired:,}",
         f"duplicates {c.duplicates:,}  capped {c.capped:,}  released {c.released:,}",
     )
+    if now.scheduled or c.refetched:
+        due = "-" if now.next_due_in is None else (_seconds(now.next_due_in) or "now")
+        totals.add_row(
+            f"scheduled [bold]{now.scheduled:,}[/]",
+            f"revisits {now.revisits:,}",
+            f"next due in {due}",
+            f"refetched {c.refetched:,}",
+        )
     parts.append(totals)
     rates = Table("over", "accepted/s", "popped/s", "acked/s", "duplicates", "re-deliveries/s")
     for label, seconds in (("10 s", 10.0), ("1 min", 60.0)):
