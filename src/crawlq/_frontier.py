@@ -71,7 +71,10 @@ class Frontier(EntryChecks, Finishing, HostControls):
     works the store on its own thread. The per-request methods (`add`,
     `add_many`, `pop`, `ack`, `release`) do not (a lock would cost the memory
     store a tenth of its speed): call them from one thread at a time, and
-    through the scheduler while one runs.
+    through the scheduler while one runs. Opened with ``threads=True``,
+    every method may be called from any thread: calls made while another
+    thread's store call runs are combined into the next one (one commit or
+    round trip for all of them; see ``crawlq._combined``).
     """
 
     __slots__ = (

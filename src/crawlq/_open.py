@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
+from ._combined import CombinedStore
 from ._errors import ConfigError
 from ._fingerprint import Fingerprinter
 from ._frontier import Frontier
@@ -28,7 +29,13 @@ _POLICY_OPTIONS: Final = (
     "seen_ttl",
     "clock",
 )
-_COMMON_OPTIONS: Final = (*_POLICY_OPTIONS, "fingerprinter", "max_url_length", "revisit")
+_COMMON_OPTIONS: Final = (
+    *_POLICY_OPTIONS,
+    "fingerprinter",
+    "max_url_length",
+    "revisit",
+    "threads",
+)
 
 # A store module provides OPTIONS (the names of its own options) and
 # open_store(url, policy, fingerprinter, options) -> (store, display URL).
@@ -158,7 +165,9 @@ def open_frontier(url: str = "memory://", **options: Any) -> Frontier:
     ``Fingerprinter()``), ``max_url_length`` (longest URL accepted, in
     characters, default `MAX_URL_LENGTH`: 32 KiB), ``revisit`` (a
     `crawlq.Revisit`: how ``ack(request, changed=)`` paces refetches, default
-    none) and ``clock`` (a seconds function, for tests).
+    none), ``threads`` (True: every method may be called from any thread,
+    and calls made at once share store calls; see `Frontier`) and ``clock``
+    (a seconds function, for tests).
 
     Raises `ConfigError` for an unknown URL scheme, an unknown option or a
     bad option value, naming what is accepted, and what the store raises when
@@ -183,12 +192,22 @@ def open_frontier(url: str = "memory://", **options: Any) -> Frontier:
     if max_url_length < 16:
         raise ConfigError(f"max_url_length must be an int >= 16, not {max_url_length!r}")
     extra = {k: options[k] for k in store_options if k in options}
+    threads = options.get("threads", False)
+    if type(threads) is not bool:
+        raise ConfigError(f"threads must be True or False, not {threads!r}")
     store, display_url = factory(url, policy, fingerprinter, extra)
-    return Frontier(
-        store,
-        policy=policy,
-        fingerprinter=fingerprinter,
-        url=display_url,
-        max_url_length=max_url_length,
-        revisit=options.get("revisit"),
-    )
+    try:
+        frontier = Frontier(
+            store,
+            policy=policy,
+            fingerprinter=fingerprinter,
+            url=display_url,
+            max_url_length=max_url_length,
+            revisit=options.get("revisit"),
+        )
+    except BaseException:
+        store.close()
+        raise
+    if threads:
+        frontier._replace_store(CombinedStore(store))
+    return frontier
