@@ -166,7 +166,7 @@ def test_inspect_shows_counts_hosts_priorities_and_settings(known_job: Path) -> 
     assert row(out, "0")[1:] == ["3", "33.3%"]
     assert row(out, "-2")[1:] == ["3", "33.3%"]
     assert row(out, "lifo")[1] == "false"
-    assert row(out, "schema version")[1].startswith("2")
+    assert row(out, "schema version")[1].startswith("3")
     assert row(out, "written by")[1].startswith(f"crawlq {crawlq.__version__}")
     assert "mode crawlq; fragments dropped" in row(out, "fingerprint")[1]
     assert "leased requests are counted" in " ".join(out.split())

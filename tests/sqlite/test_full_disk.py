@@ -14,6 +14,7 @@ import errno
 import os
 import re
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -251,3 +252,40 @@ def test_opening_a_closed_job_on_a_full_disk(disk: Disk) -> None:
     assert_full(raised.value, disk)
     disk.free()
     assert_holds(url, {r.url for r in batch(0)}, seen=BATCH)
+
+
+def test_a_delay_and_a_refetch_on_a_full_disk(disk: Disk) -> None:
+    """A release with a delay or an ack with a refetch that cannot be written raises
+    StoreFull and changes nothing; a scheduled request still comes due (its record
+    waits for a write); all of them go through once there is room."""
+    url = job_url(disk.path / "job.db")
+    frontier = crawlq.open_frontier(url, ack_delay=0)
+    try:
+        later = crawlq.Request("http://later.test/1", not_before=time.time() + 0.3)
+        assert all(frontier.add_many([*batch(0), later]))
+        first, second = frontier.pop(), frontier.pop()
+        assert first is not None and second is not None
+        disk.fill()
+        with pytest.raises(crawlq.StoreFull) as raised:
+            frontier.release(first, delay=60)
+        assert_full(raised.value, disk)
+        with pytest.raises(crawlq.StoreFull):
+            frontier.ack(second, refetch_after=60)
+        with pytest.raises(crawlq.StoreFull):
+            frontier.add_many(batch(1)[:1], ack=second, refetch_after=60)
+        stats = frontier.stats()
+        assert (stats.leased, stats.scheduled, stats.revisits) == (2, 1, 0)
+        assert (stats.counters.released, stats.counters.refetched) == (0, 0)
+        time.sleep(0.35)
+        assert later.url in pop_all(frontier)  # due, and handed out on a full disk
+        disk.free()
+        frontier.release(first, delay=60)
+        frontier.ack(second, refetch_after=60)
+        stats = frontier.stats()
+        assert (stats.scheduled, stats.revisits, stats.counters.refetched) == (2, 1, 1)
+    finally:
+        frontier.close()
+    with crawlq.open_frontier(url) as frontier:
+        stats = frontier.stats()
+        assert (stats.queued, stats.leased, stats.scheduled, stats.revisits) == (BATCH - 1, 0, 2, 1)
+        assert first.url not in pop_all(frontier)

@@ -20,6 +20,7 @@ a stored row like a queued one, and comes back when the job is reopened.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import sqlite3
@@ -40,7 +41,7 @@ from .check import check
 from .controls import apply_change, leave_change
 from .file import DATABASE_NAME, SCHEMA_VERSION, JobLock, connect, job_path, translate
 from .log import LogFold
-from .reading import read_log, reading
+from .reading import Scheduled, read_log, read_scheduled, reading
 from .store import open_store
 
 __all__ = [
@@ -73,12 +74,15 @@ def job_settings(url: str) -> dict[str, Any] | None:
 
 
 def export(url: str) -> Iterator[Request]:
-    """Yield every stored request (queued or leased), in acceptance order.
+    """Yield every stored request (queued, leased or scheduled), in acceptance order by kind.
 
-    Reads one snapshot, so it can run while a crawl writes the job. Close the
-    generator (or exhaust it) to close the database. Raises `StoreError` if
-    there is no job at ``url``, `IncompatibleStore` or `CorruptStore` for a
-    file that is not a readable crawlq job.
+    Queued and leased ones first, then the scheduled ones, each with its
+    ``not_before`` set to when it is due (a delayed release's or a
+    refetch's due time, not the one it was added with), so an import keeps
+    it scheduled. Reads one snapshot, so it can run while a crawl writes the
+    job. Close the generator (or exhaust it) to close the database. Raises
+    `StoreError` if there is no job at ``url``, `IncompatibleStore` or
+    `CorruptStore` for a file that is not a readable crawlq job.
     """
     with reading(url) as (db, _):
         log = read_log(db)
@@ -90,6 +94,30 @@ def export(url: str) -> Iterator[Request]:
         # Logged rows are newer than every row of the table (ids only grow).
         for row_id in sorted(log.added):
             yield decode_request(log.added[row_id][3])
+        if db.execute("PRAGMA user_version").fetchone()[0] < 3:
+            return  # no due times before schema 3
+        waiting = []
+        for row_id, due, payload in db.execute(
+            "SELECT id, due, payload FROM scheduled ORDER BY id"
+        ):
+            if row_id in log.made_due:  # queued since the last flush
+                yield decode_request(updated[row_id][3] if row_id in updated else payload)
+            elif row_id not in log.dropped:
+                waiting.append(_due_request(payload, due))
+                if len(waiting) >= 1024:  # in order, without holding them all
+                    yield from waiting
+                    waiting = []
+        yield from waiting
+        for row_id in sorted(log.scheduled):
+            _, _, _, payload, due, _ = log.scheduled[row_id]
+            yield _due_request(payload, due)
+
+
+def _due_request(payload: bytes, due: float) -> Request:
+    """A scheduled request as exported: ``not_before`` is when it is due."""
+    request = decode_request(payload)
+    request.not_before = due
+    return request
 
 
 def inspect(url: str, *, top: int = 10) -> JobReport:
@@ -124,7 +152,8 @@ def inspect(url: str, *, top: int = 10) -> JobReport:
                 by_priority[-acked[0]] -= 1
         meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
         schema = db.execute("PRAGMA user_version").fetchone()[0]
-    for _, negprio, _, _ in log.added.values():
+        scheduled = read_scheduled(db, log)
+    for _, negprio, _, _ in (*log.added.values(), *log.made_due.values()):
         by_priority[-negprio] += 1
     now = time.time()
     per_host = sorted(
@@ -141,6 +170,8 @@ def inspect(url: str, *, top: int = 10) -> JobReport:
     rest = priorities[_PRIORITIES_SHOWN:]
     counts = {
         "requests stored (queued + leased)": stored,
+        "scheduled": scheduled.count,
+        "revisits": scheduled.revisits,
         "seen fingerprints": counters.get("seen", 0) + len(log.fingerprints),
         "hosts with requests": len(per_host),
         "hosts known": known_hosts,
@@ -159,6 +190,7 @@ def inspect(url: str, *, top: int = 10) -> JobReport:
         "Leases live only in the memory of the process that has the job open: leased "
         "requests are counted among the stored ones, and come back when the job is reopened.",
         "Pacing times are as last written by the crawl.",
+        _next_due(scheduled, now),
     )
     return JobReport(
         store=f"sqlite:///{path}",
@@ -169,6 +201,19 @@ def inspect(url: str, *, top: int = 10) -> JobReport:
         priorities_omitted=(len(rest), sum(n for _, n in rest)),
         settings=settings,
         notes=notes,
+    )
+
+
+def _next_due(scheduled: Scheduled, now: float) -> str:
+    """The note on scheduled requests: when the first is due."""
+    if scheduled.first_due is None:
+        return "No request is scheduled (held until a due time)."
+    when = datetime.datetime.fromtimestamp(scheduled.first_due, datetime.UTC)
+    wait = scheduled.first_due - now
+    due = "is due now" if wait <= 0 else f"is due in {wait:,.1f}s"
+    return (
+        "Scheduled requests are held until their due time, apart from the stored "
+        f"(queued + leased) ones; the first {due} ({when:%Y-%m-%d %H:%M:%S} UTC)."
     )
 
 
@@ -245,16 +290,19 @@ def snapshot(url: str, *, top: int = 20) -> tuple[int, int, int, Counters, HostL
         saved = dict(db.execute("SELECT name, value FROM counters").fetchall())
         stored = db.execute("SELECT COALESCE(SUM(queued), 0) FROM hosts").fetchone()[0]
         busiest = _hosts(db, log, top)
+        scheduled = read_scheduled(db, log)
     stored += sum(log.delta.values())
-    accepted = max(saved.get("next_id", 1), log.last_id + 1) - 1
+    # Row ids go to accepted adds and to refetches.
+    entered = max(saved.get("next_id", 1), log.last_id + 1) - 1
     counters = Counters(
-        accepted=accepted,
+        accepted=entered - scheduled.refetched,
         duplicates=saved.get("duplicates", 0),
         capped=saved.get("capped", 0),
         popped=saved.get("popped", 0),
-        acked=accepted - stored,
+        acked=entered - stored - scheduled.count,
         released=saved.get("released", 0),
         expired=saved.get("expired", 0),
+        refetched=scheduled.refetched,
     )
     out = counters.popped - counters.acked - counters.released - counters.expired
     leased = min(stored, max(0, out))

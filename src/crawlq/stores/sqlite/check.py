@@ -10,7 +10,9 @@ never writes):
 - every request belongs to a known host, and each host's count of stored
   requests is the number of its rows;
 - the ``seen`` counter is the number of stored fingerprints;
-- the next request id is above every stored one.
+- the next request id is above every stored one;
+- scheduled requests (schema 3) decode and belong to known hosts, and the
+  ``scheduled`` and ``revisits`` counters are the rows of their table.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any, Final
 
 from ..._errors import CrawlqError
 from ..._request import decode_request
+from .log import LogFold
 from .reading import read_log, reading
 
 __all__ = ["CheckReport", "check"]
@@ -46,6 +49,8 @@ class CheckReport:
     hosts: int = 0
     #: Log entries not yet applied to the tables.
     log_entries: int = 0
+    #: Scheduled requests (not due yet, or due and not yet queued by the crawl).
+    scheduled: int = 0
 
 
 def check(url: str) -> CheckReport:
@@ -91,7 +96,10 @@ def _invariants(db: sqlite3.Connection, report: CheckReport) -> None:
     for row_id, (_, _, _, payload) in sorted({**log.updated, **log.added}.items()):
         _decodes(payload, f"logged request {row_id}", bad)
     _listed(problems, bad, "requests do not decode")
-    report.requests = stored + len(log.added)
+    report.requests = stored + len(log.added) + len(log.made_due)
+    schema = db.execute("PRAGMA user_version").fetchone()[0]
+    if schema >= 3:
+        _scheduled(db, report, log)
 
     orphans = db.execute(
         "SELECT count(*), min(id) FROM requests WHERE host NOT IN (SELECT id FROM hosts)"
@@ -119,8 +127,42 @@ def _invariants(db: sqlite3.Connection, report: CheckReport) -> None:
     # The counter moves at each flush, past every id the flush wrote.
     next_id = counters.get("next_id")
     table_max = db.execute("SELECT coalesce(max(id), 0) FROM requests").fetchone()[0]
+    if schema >= 3:
+        table_max = max(
+            table_max, db.execute("SELECT coalesce(max(id), 0) FROM scheduled").fetchone()[0]
+        )
     if not isinstance(next_id, int) or next_id <= table_max:
         problems.append(f"the next request id ({next_id}) is not above every stored one")
+
+
+def _scheduled(db: sqlite3.Connection, report: CheckReport, log: LogFold) -> None:
+    """Check the scheduled table: rows decode, have hosts, match their counters."""
+    problems = report.problems
+    bad: list[str] = []
+    rows = revisits = 0
+    for row_id, revisit, payload in db.execute(
+        "SELECT id, revisit, payload FROM scheduled ORDER BY id"
+    ):
+        rows += 1
+        revisits += 1 if revisit else 0
+        _decodes(payload, f"scheduled request {row_id}", bad)
+    for row_id, item in sorted(log.scheduled.items()):
+        _decodes(item[3], f"logged scheduled request {row_id}", bad)
+    _listed(problems, bad, "scheduled requests do not decode")
+    orphans = db.execute(
+        "SELECT count(*), min(id) FROM scheduled WHERE host NOT IN (SELECT id FROM hosts)"
+    ).fetchone()
+    if orphans[0]:
+        problems.append(
+            f"{orphans[0]:,} scheduled requests belong to no host (the first: id {orphans[1]})"
+        )
+    counters = dict(db.execute("SELECT name, value FROM counters").fetchall())
+    # The counters move with the rows, at each flush: equal to the table's.
+    for name, count in (("scheduled", rows), ("revisits", revisits)):
+        if counters.get(name) != count:
+            problems.append(f"the {name} counter is {counters.get(name)} but {count:,} are stored")
+    change, _ = log.scheduled_change()
+    report.scheduled = rows + change
 
 
 def _decodes(payload: bytes, what: str, bad: list[str]) -> None:

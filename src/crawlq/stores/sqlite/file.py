@@ -14,7 +14,6 @@ import fcntl
 import json
 import os
 import sqlite3
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final, NoReturn
@@ -29,6 +28,7 @@ from ..._errors import (
     StoreFull,
 )
 from ..._version import __version__
+from .schema import SCHEMA, SCHEMA_VERSION, upgrade
 
 __all__ = [
     "APPLICATION_ID",
@@ -48,64 +48,12 @@ __all__ = [
 
 #: ``PRAGMA application_id`` of a crawlq job: "cwlq".
 APPLICATION_ID: Final = 0x63776C71
-#: ``PRAGMA user_version``: the layout of the tables below (1: before the
-#: crawl controls; `_upgrade` brings such a job to 2 when it is opened to write).
-SCHEMA_VERSION: Final = 2
 #: Database file name inside a job directory.
 DATABASE_NAME: Final = "crawlq.db"
 
 _SQLITE_HEADER: Final = b"SQLite format 3\x00"
 #: Bytes free under which a SQLite I/O error is taken for a full disk.
 _NEARLY_FULL: Final = 1 << 20
-
-SCHEMA: Final = (
-    """
-CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
-CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
-CREATE TABLE hosts (
-    id INTEGER PRIMARY KEY,
-    name TEXT NOT NULL UNIQUE,
-    queued INTEGER NOT NULL DEFAULT 0,
-    ready_at REAL NOT NULL DEFAULT 0,
-    head_negprio INTEGER,
-    head_seq INTEGER,
-    accepted INTEGER NOT NULL DEFAULT 0
-);
-CREATE INDEX hosts_with_requests ON hosts (queued) WHERE queued > 0;
-CREATE TABLE requests (
-    id INTEGER PRIMARY KEY,
-    host INTEGER NOT NULL,
-    negprio INTEGER NOT NULL,
-    seq INTEGER NOT NULL,
-    payload BLOB NOT NULL
-);
-CREATE INDEX requests_in_order ON requests (host, negprio, seq);
-CREATE TABLE seen (fingerprint BLOB PRIMARY KEY, at REAL NOT NULL DEFAULT 0) WITHOUT ROWID;
-CREATE TABLE state (key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;
-CREATE TABLE ops (id INTEGER PRIMARY KEY, data BLOB NOT NULL);
-INSERT INTO counters (name, value) VALUES ('seen', 0), ('next_id', 1);
-"""
-    + """
-CREATE TABLE controls (
-    name TEXT PRIMARY KEY,
-    blocked_until REAL,
-    pace REAL NOT NULL DEFAULT 0,
-    delay REAL,
-    concurrency INTEGER
-) WITHOUT ROWID;
-CREATE TABLE inbox (id INTEGER PRIMARY KEY, data BLOB NOT NULL);
-INSERT INTO counters (name, value) VALUES ('capped', 0);
-"""
-)
-
-# What schema 2 adds to a job of schema 1: per-host accepted counts (from
-# what is queued: requests acked before the upgrade were not counted), seen
-# times (fingerprints stored before count from the upgrade), host controls.
-_UPGRADE_1_TO_2: Final = """
-ALTER TABLE hosts ADD COLUMN accepted INTEGER NOT NULL DEFAULT 0;
-UPDATE hosts SET accepted = queued;
-ALTER TABLE seen ADD COLUMN at REAL NOT NULL DEFAULT {now};
-""" + SCHEMA[SCHEMA.index("CREATE TABLE controls") :]
 
 
 def job_path(url: str) -> Path:
@@ -426,19 +374,11 @@ def connect(path: Path, *, synchronous: str, read_only: bool = False) -> sqlite3
                     f" PRAGMA user_version={SCHEMA_VERSION}; COMMIT;"
                 )
             elif not read_only:
-                _upgrade(connection)
+                upgrade(connection)
         except BaseException:
             connection.close()
             raise
     return connection
-
-
-def _upgrade(connection: sqlite3.Connection) -> None:
-    """Bring a job of an older schema to this one, in one transaction."""
-    version = connection.execute("PRAGMA user_version").fetchone()[0]
-    if version == 1:
-        script = _UPGRADE_1_TO_2.format(now=repr(time.time()))
-        connection.executescript(f"BEGIN; {script} PRAGMA user_version=2; COMMIT;")
 
 
 def _check_identity(connection: sqlite3.Connection, path: Path) -> bool:

@@ -2,7 +2,7 @@
 
 After a crash every request that was not acked is queued again, which is what
 a lease ending means, so a lease needs no disk write (a release with an
-update writes the update, not the lease: see `JobTables._release_updated`). A lease's handle is
+update or a delay writes that, not the lease: see `finishing`). A lease's handle is
 a `Lease` ``(store, row id, -priority, seq, host, origin)``; the current lease of a row is the
 very handle tuple held for it, so an older handle of the same row (released or
 expired, then leased again) is told apart by identity, and one handed out
@@ -50,6 +50,10 @@ class Leases:
         _, _, negprio, seq, host, _ = self._held.pop(row_id)
         host.leased -= 1
         return (negprio, seq), host
+
+    def handle(self, row_id: int) -> Handle:
+        """The current lease of a leased row (KeyError if it is not leased)."""
+        return self._held[row_id]
 
     def key_of(self, row_id: int) -> Key | None:
         """The key a row is leased under now; None if it is not leased."""

@@ -1,11 +1,12 @@
 """The SQLite store: a durable crawl job in one database file.
 
-Two layers live in the one database (see ``file.SCHEMA``):
+Two layers live in the one database (see ``schema.SCHEMA``):
 
 - the **log** (``ops``, `log`): every ``add`` and ``ack`` appends one
   row and commits it before returning; it is the single ordered stream of
   writes;
 - the **tables**: ``requests`` (indexed by ``(host, -priority, seq)``),
+  ``scheduled`` (requests not due yet, indexed by due time: see `due`),
   ``hosts`` (row count, pacing time, a lower-bound hint of the best request),
   ``seen`` (fingerprints) and ``counters``. Every few thousand logged
   requests, or a quarter second, a *flush* applies the log to the tables and
@@ -15,7 +16,7 @@ After a crash, opening flushes whatever the log holds (one flush window at
 most) and then reads only the ``hosts`` rows: O(1) in queued requests. Hosts
 in memory (`hosts`) know where their next requests are; leases
 (`leases`) live in memory only, so ``pop`` and ``release`` write
-nothing (a release with an update logs the update: see `tables`); a
+nothing (a release with an update or a delay logs it: see `finishing`); a
 Bloom filter (`bloom`) keeps most lookups of new URLs off the disk. Every
 SQL statement runs under the job's `Guard`.
 
@@ -35,9 +36,10 @@ from ..._errors import ConfigError, FrontierClosed, StoreError
 from ..._fingerprint import Fingerprinter
 from ..._policy import Policy, Slot, order_key
 from ..._request import Request, decode_request
-from ..base import Counters, Entry, StoreCounts
+from ..base import Counters, Entry, Refetch, StoreCounts
 from . import log
 from .controls import SqliteControls
+from .due import Scheduling
 from .file import (
     Guard,
     JobLock,
@@ -46,10 +48,10 @@ from .file import (
     connect,
     job_path,
     os_error,
-    rollback,
     transaction,
     translate,
 )
+from .finishing import Finishing
 from .hosts import Host, Row, revive
 from .tables import JobTables
 
@@ -85,7 +87,7 @@ def open_store(
     return store, f"sqlite:///{path}"
 
 
-class SqliteStore(JobTables, SqliteControls):
+class SqliteStore(JobTables, Scheduling, Finishing, SqliteControls):
     """Requests, fingerprints, pacing and state of one job, in one SQLite file."""
 
     needs_payload = True
@@ -147,12 +149,20 @@ class SqliteStore(JobTables, SqliteControls):
     # -- adding ---------------------------------------------------------------
 
     def add(
-        self, entries: Sequence[Entry], finished: Sequence[object] = (), *, lifo: bool | None = None
+        self,
+        entries: Sequence[Entry],
+        finished: Sequence[object] = (),
+        *,
+        lifo: bool | None = None,
+        refetch: Sequence[Refetch | None] | None = None,
     ) -> list[bool]:
         self._check_open()
-        acks = self._current(finished) if finished else []
+        again: list[Any] = []
+        if refetch is not None:
+            acks, again = self._refetches(finished, refetch)
+        else:
+            acks = self._current(finished) if finished else []
         waiting = self._waiting_acks
-        db = self._db
         bloom = self._seen_filter.now()
         seen_before = self._seen_before if self._seen_ttl is None else self._seen_live
         added: list[bool] = []
@@ -160,6 +170,8 @@ class SqliteStore(JobTables, SqliteControls):
         items: list[tuple[int, str, int, int, bytes | None, bytes]] = []
         # Row ids whose fingerprint was recorded before, its seen_ttl passed.
         renewed: list[int] = []
+        # Row ids of requests added scheduled: their due times.
+        dues: dict[int, float] = {}
         ttl = self._seen_ttl
         next_id = self._next_id
         store_lifo = self._lifo
@@ -167,6 +179,8 @@ class SqliteStore(JobTables, SqliteControls):
         batch_accepted: dict[str, int] = {}
         capped = 0
         at = self._clock()
+        # not_before is a time.time(); due times are in the store's clock.
+        shift = 0.0 if self._clock is time.time else at - time.time()
         if lifo is None:
             lifo = store_lifo
         with self._guard:
@@ -192,6 +206,8 @@ class SqliteStore(JobTables, SqliteControls):
                 next_id += 1
                 seq = order_key(row_id, lifo, store_lifo)
                 items.append((row_id, host_name, -request.priority, seq, stored, payload))
+                if request.not_before is not None and request.not_before + shift > at:
+                    dues[row_id] = request.not_before + shift
                 if ttl is not None and stored is not None and self._expired(stored):
                     renewed.append(row_id)
                 if cap is not None:
@@ -202,26 +218,23 @@ class SqliteStore(JobTables, SqliteControls):
                 self._capped += capped
                 self._duplicates += duplicates
                 return added
-            logged: list[Any] = items
-            if renewed:
-                # A 7th item marks a renewed fingerprint: its time, not a new row.
-                again = set(renewed)
-                logged = [(*item, 1) if item[0] in again else item for item in items]
-            if not acks and not waiting:
-                log.append(db, log.ADD, logged, at)
+            logged: list[Any] = _logged(items, renewed, dues) if renewed or dues else items
+            refetched: list[Any] = []
+            if not acks and not waiting and not self._due_log:
+                log.append(self._db, log.ADD, logged, at)  # the common add: its own commit
             else:
-                # Children, then the acks waiting and the parent's, commit
-                # together: an ack is never durable before earlier children.
-                db.execute("BEGIN IMMEDIATE")
-                try:
-                    if items:
-                        log.append(db, log.ADD, logged, at)
-                    records = self._leases.ack_records(acks, self._board)
-                    log.append(db, log.ACK, waiting + records)
-                    db.execute("COMMIT")
-                except BaseException:
-                    rollback(db)  # not after a COMMIT SQLite rolled back (a full disk)
-                    raise
+                refetched = self._refetch_items(again, next_id, at) if again else []
+                records: list[log.Record] = []
+                if items:
+                    records.append((log.ADD, logged, at))
+                if acks or waiting:
+                    # Children, then the acks waiting and the parent's, commit
+                    # together: an ack is never durable before earlier children.
+                    ack_records = self._leases.ack_records(acks, self._board)
+                    records.append((log.ACK, waiting + ack_records, None))
+                if refetched:
+                    records.append((log.REFETCH, refetched, None))
+                self._log(*records)
                 self._waiting_acks = []
             # Logged: now, and only now, change what this process remembers
             # (a write that raised, StoreFull say, leaves no trace in it).
@@ -237,6 +250,9 @@ class SqliteStore(JobTables, SqliteControls):
                 known[name] += count  # the cap read it: it is there
             touched: set[Host] = set()
             for row_id, host_name, negprio, seq, _, payload in items:
+                if dues and row_id in dues:
+                    self._schedule((dues[row_id], row_id, host_name, negprio, seq, payload, 0))
+                    continue
                 host = self._hosts.get(host_name)
                 if host is None:
                     host = self._hosts[host_name] = self._revive(host_name)
@@ -247,9 +263,11 @@ class SqliteStore(JobTables, SqliteControls):
                 touched.add(host)
         for host in touched:
             self._board.place(host, now)
-        self._rows += len(items)
+        self._rows += len(items) - len(dues)
         if acks:
             self._acked(acks, now)
+        if refetched:
+            self._refetches_logged(refetched)
         self._after_write(now)
         return added
 
@@ -278,6 +296,8 @@ class SqliteStore(JobTables, SqliteControls):
         if leases.deadlines.items and leases.deadlines.items[0] <= now:
             for row_id in leases.expired(now):
                 self._requeue(row_id, now, expired=True)
+        if now >= self._next_due:
+            self._make_due(now)
         board = self._board
         db = self._db
         with self._guard:
@@ -310,120 +330,33 @@ class SqliteStore(JobTables, SqliteControls):
         request._lease = self._leases.take(self, host, row[0], (row[1], row[2]), now)
         return request
 
-    def _requeue(self, row_id: int, now: float, *, expired: bool = False) -> None:
-        if expired:
-            self._expiries += 1
-        else:
-            self._released += 1
-        key, host = self._leases.end(row_id)
-        host.hidden.discard(key)
-        payload = self._unflushed.get(row_id)
-        if payload is None and self._updated:
-            payload = self._still_updated(row_id, host)
-        if payload is not None:
-            heappush(host.fresh, (key[0], key[1], row_id, payload))
-        else:
-            host.rewind(key)
-        host.improve(key)
-        self._board.place(host, now)
-
-    # -- finishing ------------------------------------------------------------
-
-    def _current(self, leases: Sequence[Any]) -> list[int]:
-        """Row ids of the handles that still name their lease; ended ones are dropped.
-
-        A handle of an earlier opening of this job names a lease that ended
-        when that opening closed.
-        """
-        return self._leases.current([lease for lease in leases if lease[0] is self])
-
-    def ack(self, leases: Sequence[object]) -> None:
-        self._check_open()
-        row_ids = self._current(leases)
-        if not row_ids:
-            return
-        records = self._leases.ack_records(row_ids, self._board)
-        now = self._clock()
-        if self._ack_delay <= 0.0:
-            with self._guard:
-                log.append(self._db, log.ACK, records)
-            self._acked(row_ids, now)
-            self._after_write(now)
-            return
-        # The ack waits for the next write; memory changes now, since a
-        # lost ack only hands the request out again (at-least-once).
-        if not self._waiting_acks:
-            self._acks_since = now
-        self._waiting_acks.extend(records)
-        self._acked(row_ids, now)
-        if now - self._acks_since >= self._ack_delay:
-            self._housekeep(self._write_acks, now)  # a full disk: they wait on
-
-    def _write_acks(self, now: float) -> None:
-        """Log the waiting acks in a commit of their own (their delay is up, or a flush).
-
-        If it raises (`StoreFull`), the acks are still waiting.
-        """
-        with self._guard:
-            log.append(self._db, log.ACK, self._waiting_acks)
-        self._waiting_acks = []
-        self._after_write(now)
-
-    def _acks_due(self, now: float) -> None:
-        if self._waiting_acks and now - self._acks_since >= self._ack_delay:
-            self._housekeep(self._write_acks, now)  # a full disk: they wait on
-
-    def flush(self) -> None:
-        self._check_open()
-        now = self._clock()
-        if self._waiting_acks:
-            self._write_acks(now)  # StoreFull: the acks stay waiting
-        self._housekeep(self._save_totals, now)  # statistics: not what flush promises
-
-    def _acked(self, row_ids: list[int], now: float) -> None:
-        """Update memory after the acks of ``row_ids`` were logged."""
-        touched: set[Host] = set()
-        for row_id in row_ids:
-            key, host = self._leases.end(row_id)
-            host.count -= 1
-            if self._unflushed.pop(row_id, None) is not None:
-                host.hidden.discard(key)  # never reached the tables
-            else:
-                self._unflushed_acks[row_id] = (host, key)
-            touched.add(host)
-        self._rows -= len(row_ids)
-        for host in touched:
-            self._board.place(host, now)
-        self._leases.trim()
-
-    def release(
-        self, leases: Sequence[object], updates: Sequence[Entry | None] | None = None
-    ) -> None:
-        self._check_open()
-        now = self._clock()
-        if updates is not None:
-            self._release_updated(leases, updates, now)  # logged (tables.py)
-            return
-        self._acks_due(now)
-        for row_id in self._current(leases):
-            self._requeue(row_id, now)
-        self._leases.trim()
-
     # -- reading --------------------------------------------------------------
 
     def counts(self) -> StoreCounts:
         self._check_open()
+        now = self._clock()
+        if now >= self._next_due:
+            self._make_due(now)
         leased = len(self._leases)
         counters = Counters(
-            accepted=self._next_id - 1,
+            accepted=self._next_id - 1 - self._refetched,
             duplicates=self._duplicates,
             capped=self._capped,
             popped=self._popped,
             acked=self._acked_total(),
             released=self._released,
             expired=self._expiries,
+            refetched=self._refetched,
         )
-        return StoreCounts(self._rows - leased, leased, self._seen_count, counters)
+        return StoreCounts(
+            self._rows - leased,
+            leased,
+            self._seen_count,
+            counters,
+            self._scheduled,
+            self._revisits,
+            self._next_due_in(now),
+        )
 
     def next_ready_in(self) -> float | None:
         self._check_open()
@@ -431,9 +364,14 @@ class SqliteStore(JobTables, SqliteControls):
         if now >= self._inbox_at:
             self._look_at_inbox(now)
         self._acks_due(now)
-        if not self._rows:
+        if now >= self._next_due:
+            self._make_due(now)
+        if not self._rows and not self._scheduled:
             return None
         soonest = self._board.next_ready_in(now)
+        due = self._next_due_in(now)
+        if due is not None:
+            soonest = due if soonest is None else min(soonest, due)
         expiry = self._leases.deadlines.next_in(now)
         if expiry is not None:
             soonest = expiry if soonest is None else min(soonest, expiry)
@@ -478,3 +416,20 @@ class SqliteStore(JobTables, SqliteControls):
             self._seen_filter.join(timeout=5)
             self._db.close()
             self._lock.release()
+
+
+def _logged(items: list[Any], renewed: list[int], dues: dict[int, float]) -> list[Any]:
+    """The ADD record's items: a 7th item marks a renewed fingerprint (its time, not a
+    new row), an 8th the due time of a request added scheduled (then the 7th is 0 or 1)."""
+    again = set(renewed)
+    logged = []
+    for item in items:
+        row_id = item[0]
+        due = dues.get(row_id)
+        if due is not None:
+            logged.append((*item, 1 if row_id in again else 0, due))
+        elif row_id in again:
+            logged.append((*item, 1))
+        else:
+            logged.append(item)
+    return logged

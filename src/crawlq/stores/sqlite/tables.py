@@ -6,19 +6,12 @@ process adds to, and *flushes*: applies the log (``ops``, see `log`) to the
 tables in one transaction, then has each host read its fresh requests from
 the index. A flush runs every few thousand logged rows or a quarter second.
 
-It also releases with an update (`JobTables._release_updated`). Leases live
-in memory, so a plain release writes nothing; an update must outlive a kill,
-so it is logged (`log.UPDATE`: the row's new priority and payload, its seq
-kept) and committed before the release returns, in the one ordered stream of
-writes, with the acks waiting. The flush then rewrites the row (or, for a
-row added since the last flush, the add it replaces), and an open after a
-kill applies it like any record. Until that flush the row's old index entry
-stays hidden and the updated request waits in its host's ``fresh`` heap.
+Releases and acks (`finishing`) and scheduled requests (`due`) keep what
+they logged since the last flush in memory too; the flush tells them it ran.
 """
 
 from __future__ import annotations
 
-from heapq import heappush
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -26,19 +19,19 @@ from ..._errors import StoreFull
 from ..._policy import Board, Policy, Slot
 from . import log
 from .bloom import SeenFilter
-from .file import Guard, rollback, transaction
+from .file import Guard, transaction
 from .hosts import Host, Key, load_hosts
 from .leases import Leases
 
 if TYPE_CHECKING:
     import sqlite3
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable
 
-    from ..base import Entry
+    from .due import Waiting
 
 __all__ = ["JobTables"]
 
-FLUSH_ROWS: Final = 4096  # logged requests and acks held before a flush
+FLUSH_ROWS: Final = 4096  # logged requests (scheduled ones too) and acks held before a flush
 FLUSH_OPS: Final = 4096  # log rows held before a flush
 FLUSH_AGE: Final = 0.25  # seconds a log row may wait for a flush
 TOTALS_EVERY: Final = 1.0  # seconds a writing crawler's counters may go unsaved
@@ -56,9 +49,14 @@ class JobTables:
         _guard: Guard
         _waiting_acks: list[tuple[int, str, float]]
 
+        _due_log: list[Any]
+        _scheduled: int
+        _waiting: list[Waiting]
+
         def _forget(self, slot: Slot) -> None: ...
-        def _current(self, leases: Sequence[Any]) -> list[int]: ...
-        def _requeue(self, row_id: int, now: float, *, expired: bool = False) -> None: ...
+        def _load_scheduled(self, counters: dict[str, int]) -> None: ...
+        def _log(self, *records: log.Record) -> None: ...
+        def _scheduled_flushed(self) -> None: ...
 
     def _load(self) -> None:
         db = self._db
@@ -84,6 +82,9 @@ class JobTables:
         # acks of rows that are in the tables, fingerprints, and log rows.
         self._unflushed: dict[int, bytes] = {}
         self._unflushed_acks: dict[int, tuple[Host, Key]] = {}
+        # Rows of the tables scheduled again (a delayed release): the key of
+        # each one's index entry, hidden until the flush moves it out.
+        self._unflushed_delays: dict[int, tuple[Host, Key]] = {}
         # Rows of the tables whose update is logged, not flushed: row id ->
         # (new payload, host, key of the row in the index, hidden till then).
         self._updated: dict[int, tuple[bytes, Host, Key]] = {}
@@ -106,6 +107,7 @@ class JobTables:
             self._rows += host.count
             board.adopt(host)
             board.place(host, now)
+        self._load_scheduled(counters)
         self._seen_filter = SeenFilter(self.path, self._seen_count)
         self._inbox_at = 0.0  # the inbox is read at the first pop
         self._inbox_done = 0  # inbox rows applied whose delete found the disk full: up to it
@@ -123,8 +125,11 @@ class JobTables:
         self._retry_at = 0.0
 
     def _acked_total(self) -> int:
-        """Requests acked since the job was created: the accepted ones no longer stored."""
-        return self._next_id - 1 - self._rows
+        """Requests acked since the job was created: those added or refetched, no longer held.
+
+        Every row id was taken by an accepted add or a refetch.
+        """
+        return self._next_id - 1 - self._rows - self._scheduled
 
     def _totals(self) -> dict[str, int]:
         """The counters this process keeps, for the flush to save."""
@@ -157,7 +162,7 @@ class JobTables:
         self._log_rows += 1
         if (
             self._log_rows >= FLUSH_OPS
-            or len(self._unflushed) + len(self._unflushed_acks) >= FLUSH_ROWS
+            or len(self._unflushed) + len(self._unflushed_acks) + len(self._waiting) >= FLUSH_ROWS
             or now - self._log_since >= FLUSH_AGE
         ):
             self._housekeep(self._flush, now)
@@ -189,19 +194,27 @@ class JobTables:
             for h in self._hosts.values()
             if (at := h.ready_at if pace is None else pace(h)) > now
         }
+        if self._waiting_acks or self._due_log:
+            # The tables must not get back a row whose ack is in memory; the
+            # rows made due go to ``requests`` with the rest.
+            waiting = [(log.ACK, self._waiting_acks, None)] if self._waiting_acks else []
+            self._log(*waiting)
+            self._waiting_acks = []
         with self._guard:
-            if self._waiting_acks:
-                # The tables must not get back a row whose ack is in memory.
-                log.append(self._db, log.ACK, self._waiting_acks)
-                self._waiting_acks = []
             totals = self._totals()
             host_ids = log.apply(self._db, self._host_ids, paced, totals)
         self._saved_totals, self._totals_at = totals, now
         self._host_ids.update(host_ids)
+        key_of = self._leases.key_of
         for host, key in self._unflushed_acks.values():
             host.hidden.discard(key)
+        # The index no longer holds these rows under these keys, unless one
+        # came back since (due, leased under the same key: moved back in).
+        for row_id, (host, key) in self._unflushed_delays.items():
+            if key_of(row_id) != key:
+                host.hidden.discard(key)
         for row_id, (_, host, key) in self._updated.items():
-            if self._leases.key_of(row_id) != key:  # else leased under it now
+            if key_of(row_id) != key:  # else leased under it now
                 host.hidden.discard(key)
         for host in self._hosts.values():
             if host.id is None:
@@ -216,77 +229,8 @@ class JobTables:
             host.rewound = bool(host.hidden)
         self._unflushed.clear()
         self._unflushed_acks.clear()
+        self._unflushed_delays.clear()
         self._updated.clear()
         self._unflushed_seen.clear()
+        self._scheduled_flushed()
         self._log_rows = 0
-
-    # -- releasing with an update --------------------------------------------------
-
-    def _release_updated(
-        self, leases: Sequence[Any], updates: Sequence[Entry | None], now: float
-    ) -> None:
-        """Release ``leases``, replacing the requests that have an update (see the module doc).
-
-        The updates of current leases are logged in one commit, with the acks
-        waiting, before memory changes: if the commit raises (`StoreFull`),
-        nothing was released. Ended leases are skipped, update included.
-        """
-        current: dict[int, None] = {}
-        items: dict[int, tuple[int, str, int, int, bytes]] = {}
-        for lease, update in zip(leases, updates, strict=True):
-            for row_id in self._current((lease,)):  # none for an ended lease
-                current[row_id] = None
-                if update is not None:
-                    assert update[3] is not None  # the store needs payloads
-                    negprio = -update[2].priority
-                    items[row_id] = (row_id, lease[4].name, negprio, lease[3], update[3])
-        if items:
-            db = self._db
-            with self._guard:
-                db.execute("BEGIN IMMEDIATE")
-                try:
-                    if self._waiting_acks:
-                        log.append(db, log.ACK, self._waiting_acks)
-                    log.append(db, log.UPDATE, list(items.values()))
-                    db.execute("COMMIT")
-                except BaseException:
-                    rollback(db)
-                    raise
-            self._waiting_acks = []
-        for row_id in current:
-            item = items.get(row_id)
-            if item is None:
-                self._requeue(row_id, now)
-            else:
-                self._requeue_updated(row_id, item[2], item[4], now)
-        self._leases.trim()
-        if items:
-            self._after_write(now)
-
-    def _requeue_updated(self, row_id: int, negprio: int, payload: bytes, now: float) -> None:
-        """Queue a leased row again as its logged update: new priority and payload, same seq."""
-        self._released += 1
-        key, host = self._leases.end(row_id)
-        if row_id in self._unflushed:
-            host.hidden.discard(key)
-            self._unflushed[row_id] = payload  # the flush writes the update with the add
-        else:
-            # The index holds the row under its old key (the lease's, or an
-            # earlier update's) until the flush: keep that hidden.
-            before = self._updated.get(row_id)
-            index_key = key if before is None else before[2]
-            if key != index_key:
-                host.hidden.discard(key)
-            self._updated[row_id] = (payload, host, index_key)
-        new_key = (negprio, key[1])
-        heappush(host.fresh, (negprio, key[1], row_id, payload))
-        host.improve(new_key)
-        self._board.place(host, now)
-
-    def _still_updated(self, row_id: int, host: Host) -> bytes | None:
-        """A requeued row's logged, unflushed update (its index key hidden again), or None."""
-        update = self._updated.get(row_id)
-        if update is None:
-            return None
-        host.hidden.add(update[2])
-        return update[0]
