@@ -106,6 +106,8 @@ class MemoryStore:
         self._scheduled: list[_Scheduled] = []
         self._revisits = 0
         self._refetched = 0
+        # What an acked request carries: a lease of this store matching none.
+        self._spent = new_lease(Lease, (0, None, None, None, self._origin))
 
     def _forget(self, slot: Slot) -> None:
         del self._hosts[slot.name]
@@ -222,6 +224,7 @@ class MemoryStore:
         clock = self._clock  # see pop
         now = clock()
         held = self._leases
+        spent = self._spent
         board = self._board  # board.place(), not a bound method made per ack
         for lease in leases:
             current = held.pop(lease[1], None)  # type: ignore[index]
@@ -229,6 +232,10 @@ class MemoryStore:
                 if current is not None:
                     held[current[1]] = current  # a later lease of the same request: keep it
                 continue  # already acked, released or expired (at-least-once), or not ours
+            # The request held its lease and the lease the request: a cycle
+            # only a full collection frees (150-250 ms pauses in a long crawl).
+            # A spent lease keeps "acked twice" harmless and frees it at once.
+            lease[2]._lease = spent  # type: ignore[index]
             host = lease[3]  # type: ignore[index]
             host.leased -= 1
             # Its key (fewest leases) or its eligibility (concurrency) changed.
@@ -277,6 +284,7 @@ class MemoryStore:
             if item is None or item is not lease:
                 continue  # ended: nothing to refetch (at-least-once)
             self._end_lease(item, requeue=False, now=now)
+            item[2]._lease = self._spent
             self._refetched += 1
             self._sequence += 1
             # A copy: the worker still holds the object it acked.
