@@ -11,6 +11,7 @@ import redis
 import crawlq
 from crawlq import Request
 from crawlq.stores.redis import store as redis_store
+from crawlq.stores.redis.open import FORMAT
 from tests.conformance.test_frontier import drain, urls
 
 
@@ -107,7 +108,7 @@ def test_a_crawl_of_key_format_5_is_upgraded_in_place(redis_url: str) -> None:
     assert _to_format_5(client, prefix, seen) == 202
     assert client.exists(prefix + "q:a.example") == 1
     reopened = crawlq.open_frontier(url, prefetch=1, ack_delay=0)
-    assert client.hget(prefix + "meta", "format") == b"6"
+    assert client.hget(prefix + "meta", "format") == b"%d" % FORMAT
     assert client.hget(prefix + "meta", "upgrade") is None
     assert client.keys(prefix + "q:*") == []
     assert client.hlen(prefix + "p") == 1  # the leased one

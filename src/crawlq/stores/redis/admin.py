@@ -10,6 +10,7 @@ asks for the extra only when used.
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from ..._errors import StoreError
@@ -69,6 +70,18 @@ def inspect(url: str, *, top: int = 10) -> JobReport:
     return report(inspect_crawl(url, hosts=top))
 
 
+def _next_due(due_in: float | None) -> str:
+    """The note on scheduled requests: when the first is due, by the server's clock."""
+    if due_in is None:
+        return "No request is scheduled (held until a due time)."
+    when = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=due_in)
+    due = "is due now" if due_in <= 0 else f"is due in {due_in:,.1f}s"
+    return (
+        "Scheduled requests are held until their due time, apart from the queued and "
+        f"leased ones; the first {due} (about {when:%Y-%m-%d %H:%M:%S} UTC)."
+    )
+
+
 def report(found: Inspection) -> JobReport:
     """The `JobReport` of a Redis crawl's `Inspection` (one server's, or a cluster's).
 
@@ -83,6 +96,8 @@ def report(found: Inspection) -> JobReport:
         "queued": found.queued,
         "leased (all workers, prefetched included)": found.leased,
         "leases past their deadline (come back at the next pop)": found.expired_leases,
+        "scheduled": found.scheduled,
+        "revisits": found.revisits,
         "seen": found.seen,
     }
     settings = {"crawl": found.crawl, "server": found.server_version, "dedup": found.dedup}
@@ -96,6 +111,7 @@ def report(found: Inspection) -> JobReport:
             f"Bloom filter {found.bloom_fill_ratio:.1%} full, estimated false-positive "
             f"rate {found.bloom_false_positive_rate:.2g}"
         )
+    notes.append(_next_due(found.next_due_in))
     for shard in found.shards:
         notes.append(
             f"shard {shard.shard} on {shard.node}: {shard.queued:,} queued, "

@@ -23,13 +23,22 @@ from ..._errors import StoreError
 from ..._fingerprint import Fingerprinter
 from ..._lease import Lease, new_lease
 from ..._request import Request, decode_request, encode_request
-from ..base import Entry
+from ..base import Entry, Refetch
 from .config import RedisURL
 from .conn import Link
 from .memory import check_evictions
 from .wire import pack_args, pack_entries
 
-__all__ = ["EVICTION_CHECK", "FunctionCalls", "Pending", "lease_pairs", "update_quads"]
+__all__ = [
+    "EVICTION_CHECK",
+    "FunctionCalls",
+    "Pending",
+    "lease_pairs",
+    "plain_tuples",
+    "refetch_tuples",
+    "release_tuples",
+    "update_quads",
+]
 
 _FAST_DRAIN: Final = 0.2  # seconds: a batch drained sooner lets the next one grow
 #: Seconds between two looks at the server's ``evicted_keys``.
@@ -91,7 +100,7 @@ class FunctionCalls:
         entry = (fingerprint, host, probe, encode_request(probe))
         doing = "running the self-check"
         try:
-            extra = [*pack_entries([entry], 0, 0, self._lifo), b"0", b"", b"0"]
+            extra = [*pack_entries([entry], 0, 0, self._lifo)[0], b"0", b"", b"0"]
             added = self._call(b"probe", 0, False, extra, doing, prefix)
             popped = self._call(b"pop", 1, True, [], doing, prefix)
             items = popped[2:]
@@ -302,3 +311,61 @@ def update_quads(
             quads += (lease[0], lease[1], b"%d" % -update[2].priority, update[3])
         hosts.add(lease[2])
     return quads, hosts
+
+
+def _ms(seconds: float) -> bytes:
+    """A delay in ms of server time (with a fraction: exact as a double), for due.lua."""
+    return repr(seconds * 1000).encode()
+
+
+def _replacing(update: Entry | None) -> tuple[bytes, bytes]:
+    """An update's (score, payload) for due.lua's tuples; empty for none."""
+    if update is None:
+        return b"", b""
+    assert update[3] is not None  # the store needs payloads
+    return b"%d" % -update[2].priority, update[3]
+
+
+def refetch_tuples(
+    leases: Sequence[Any], refetch: Sequence[Refetch | None]
+) -> tuple[list[bytes], set[bytes]]:
+    """(id, token, delay ms, score, payload) tuples of acks, and their hosts.
+
+    A refetch's delay, and its update's score and payload when it has one;
+    a plain ack (None) has an empty delay. See finish_tuples in due.lua.
+    """
+    tuples: list[bytes] = []
+    hosts = set()
+    for lease, again in zip(leases, refetch, strict=True):
+        if again is None:
+            tuples += (lease[0], lease[1], b"", b"", b"")
+        else:
+            tuples += (lease[0], lease[1], _ms(again[0]), *_replacing(again[1]))
+        hosts.add(lease[2])
+    return tuples, hosts
+
+
+def release_tuples(
+    leases: Sequence[Any], updates: Sequence[Entry | None] | None, delays: Sequence[float]
+) -> tuple[list[bytes], set[bytes]]:
+    """(id, token, delay ms, score, payload) tuples of releases, and their hosts.
+
+    A delay of 0 releases at once; an update replaces score and payload as
+    in `update_quads`. See finish_tuples in due.lua.
+    """
+    tuples: list[bytes] = []
+    hosts = set()
+    for index, lease in enumerate(leases):
+        update = None if updates is None else updates[index]
+        delay = delays[index]
+        tuples += (lease[0], lease[1], _ms(delay) if delay > 0 else b"", *_replacing(update))
+        hosts.add(lease[2])
+    return tuples, hosts
+
+
+def plain_tuples(pairs: Sequence[bytes]) -> list[bytes]:
+    """(id, token) pairs as the tuples of plain acks, to travel with refetches."""
+    tuples: list[bytes] = []
+    for i in range(0, len(pairs), 2):
+        tuples += (pairs[i], pairs[i + 1], b"", b"", b"")
+    return tuples

@@ -17,7 +17,7 @@ from ..._request import Request
 from ..base import HostList
 from .config import RedisURL
 from .conn import Link
-from .inspection import host_counts, host_policy
+from .host_views import host_counts, host_policy
 from .open import Dedup
 from .wire import pack
 

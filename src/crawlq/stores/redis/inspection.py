@@ -9,18 +9,16 @@ with any settings. They are the logic behind ``crawlq inspect URL`` and
 
 from __future__ import annotations
 
-import math
-import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from dataclasses import replace as dataclass_replace
 from typing import Any, Final
 
 from ..._errors import StoreError
-from ..base import Counters, HostCount, HostList, host_details
+from ..base import Counters, HostCount, HostList
 from .client import acquire_client, redis_module, release_client
 from .config import RedisURL, parse_url
 from .conn import Link
+from .host_views import SCAN_COUNT, change_host_at, host_counts, host_policy
 from .wire import pack
 
 __all__ = [
@@ -39,21 +37,18 @@ __all__ = [
     "snapshot",
 ]
 
-_SCAN_COUNT: Final = 1000
 _HIST_CHUNK: Final = 200  # hosts per inspect.lua call
-_STATE_HEAD: Final = struct.Struct(">BId")  # flag, leased, ready (ms)
-_FLAG_FULL: Final = 73  # shared.lua's FLAG_I: at its concurrency limit
-_STATE_SIZE: Final = struct.calcsize(">BIdd")  # then the head id, if any
 
 
 def server_counters(figures: Sequence[int], leased: int, prefetched: int = 0) -> Counters:
-    """`Counters` from the server's (accepted, duplicates, capped, popped, released, expired).
+    """`Counters` from the server's figures, in the order read.lua's counts gives them.
 
-    ``leased`` is the server's lease count; ``prefetched`` requests, held
+    The figures are accepted, duplicates, capped, popped, released, expired
+    and refetched. ``leased`` is the server's lease count; ``prefetched`` requests, held
     unused by the reader, are not popped yet. Acked is what was popped and
-    is neither back (released, expired) nor leased.
+    is neither back (released, expired) nor leased (a refetch is acked).
     """
-    accepted, duplicates, capped, popped, released, expired = figures
+    accepted, duplicates, capped, popped, released, expired, refetched = figures
     return Counters(
         accepted=accepted,
         duplicates=duplicates,
@@ -62,17 +57,30 @@ def server_counters(figures: Sequence[int], leased: int, prefetched: int = 0) ->
         acked=popped - released - expired - leased,
         released=released,
         expired=expired,
+        refetched=refetched,
     )
 
 
-def meta_counts(meta: Mapping[str, str], leased: int) -> tuple[int, Counters]:
-    """The queue's size and the crawl's `Counters` from its meta hash (see shared.lua)."""
+def meta_counts(meta: Mapping[str, str], leased: int, scheduled: int = 0) -> tuple[int, Counters]:
+    """The queue's size and the crawl's `Counters` from its meta hash (see shared.lua).
+
+    ``scheduled``: the requests in its `due` set, held and not queued.
+    """
 
     def get(name: str) -> int:
         return int(meta.get(name, "0") or 0)
 
-    queued = get("queued") + get("accepted") - get("popped") + get("released") + get("expired")
-    offered = get("seq") - get("seq0")
+    refetched = get("refetched")
+    queued = (
+        get("queued")
+        + get("accepted")
+        + refetched
+        - get("popped")
+        + get("released")
+        + get("expired")
+        - scheduled
+    )
+    offered = get("seq") - get("seq0") - refetched  # seq counts refetches too
     figures = [
         get("accepted"),
         offered - get("accepted") - get("capped"),
@@ -80,94 +88,9 @@ def meta_counts(meta: Mapping[str, str], leased: int) -> tuple[int, Counters]:
         get("popped"),
         get("released"),
         get("expired"),
+        refetched,
     ]
     return queued, server_counters(figures, leased)
-
-
-def _scan_hosts(link: Link, prefix: bytes) -> dict[str, tuple[int, bool, float]]:
-    """Every host with state: its lease count, whether it is at its
-    concurrency limit with requests queued, and when its delay ends (ms)."""
-    leased: dict[str, tuple[int, bool, float]] = {}
-    cursor = b"0"
-    while True:
-        cursor, flat = link.command(
-            b"HSCAN", prefix + b"hosts", cursor, b"COUNT", _SCAN_COUNT, doing="listing hosts"
-        )
-        for i in range(0, len(flat), 2):
-            # The state is packed by hosts.lua as struct '>BI4dd' .. head id.
-            state = flat[i + 1]
-            flag, held, ready = _STATE_HEAD.unpack_from(state)
-            head = len(state) > _STATE_SIZE
-            leased[flat[i].decode()] = (held, head and flag == _FLAG_FULL, ready)
-        if cursor in (b"0", 0):
-            return leased
-
-
-def host_counts(link: Link, prefix: bytes, limit: int, prefetched: Mapping[str, int]) -> HostList:
-    """Up to ``limit`` hosts: the most queued first, then blocked or with a policy.
-
-    ``prefetched`` counts, per host, requests this process leased ahead and has
-    not handed out: they are reported as queued. Costs O(hosts) on the client
-    and a function call per ``_SCAN_COUNT`` hosts.
-    """
-    leased = _scan_hosts(link, prefix)
-    names = list(leased)
-    queued: list[int] = []
-    link.load_library("counting hosts")
-    function = link.library.function["queued_per_host"]
-    for start in range(0, len(names), _SCAN_COUNT):
-        chunk = [name.encode() for name in names[start : start + _SCAN_COUNT]]
-        queued += link.call(pack([b"FCALL", function, b"1", prefix, *chunk]), "counting hosts")
-    busy: dict[str, tuple[int, int]] = {}
-    for name, waiting in zip(names, queued, strict=True):
-        mine = prefetched.get(name, 0)
-        held = leased[name][0]
-        waiting += mine
-        held -= mine
-        if waiting or held:
-            busy[name] = (waiting, held)
-    clock, blocks, policies = link.commands(
-        [(b"TIME",), (b"HGETALL", prefix + b"blocks"), (b"HGETALL", prefix + b"policy")],
-        "reading host controls",
-    )
-    now = int(clock[0]) * 1000 + int(clock[1]) / 1000
-    blocked = {}
-    for i in range(0, len(blocks), 2):
-        until = float(blocks[i + 1].split()[0])
-        if until > now:
-            blocked[blocks[i].decode()] = until / 1000
-    overrides = {policies[i].decode(): _policy(policies[i + 1]) for i in range(0, len(policies), 2)}
-
-    def timing(name: str) -> tuple[float, bool]:
-        _, full, ready = leased.get(name, (0, False, 0.0))
-        return max(0.0, (ready - now) / 1000), full
-
-    details = host_details(busy, blocked, overrides, lambda name: 0, limit, now / 1000, timing)
-    if not details:
-        return details
-    accepted = link.command(
-        b"HMGET", prefix + b"accepted", *(h.host.encode() for h in details), doing="listing hosts"
-    )
-    return HostList(
-        [
-            dataclass_replace(h, accepted=int(count or 0))
-            for h, count in zip(details, accepted, strict=True)
-        ],
-        details.busy,
-        details.blocked,
-    )
-
-
-def _policy(value: bytes) -> tuple[float | None, int | None]:
-    """A host's ``policy`` field, "<delay ms> <concurrency>", as (seconds, limit)."""
-    delay, _, concurrency = value.decode().partition(" ")
-    return (float(delay) / 1000 if delay else None, int(concurrency) if concurrency else None)
-
-
-def host_policy(link: Link, prefix: bytes, host: str) -> tuple[float | None, int | None]:
-    """A host's own (delay, concurrency), None where it follows the crawl's."""
-    value = link.command(b"HGET", prefix + b"policy", host.encode(), doing="reading a policy")
-    return (None, None) if value is None else _policy(value)
 
 
 @dataclass(frozen=True)
@@ -226,6 +149,13 @@ class Inspection:
     counters: Counters = field(default_factory=Counters)
     #: A Redis Cluster crawl's shards (empty for one server), by number.
     shards: list[ShardSummary] = field(default_factory=list)
+    #: Requests held until a due time (not in ``queued``), revisits included.
+    scheduled: int = 0
+    #: The part of ``scheduled`` that refetches pages already done.
+    revisits: int = 0
+    #: Seconds until the first scheduled request is due (0.0: due now, the
+    #: next pop by any worker queues it); None when nothing is scheduled.
+    next_due_in: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (hosts as dicts)."""
@@ -282,16 +212,21 @@ def inspect_at(location: RedisURL, link: Link, hosts: int) -> Inspection:
             (b"SCARD", prefix + b"seen"),
             (b"BITCOUNT", prefix + b"bloom"),
             (b"HLEN", prefix + b"seen_at"),
+            (b"ZCARD", prefix + b"due"),
+            (b"ZRANGE", prefix + b"due", 0, 0, b"WITHSCORES"),
         ],
         "inspecting",
     )
-    leased, expired, first, seen_set, ones, seen_timed = replies
+    leased, expired, first, seen_set, ones, seen_timed, scheduled, first_due = replies
     by_owner = _leases_by_owner(link, prefix)
     every = host_counts(link, prefix, 1 << 62, {})
     priorities = _priorities(link, prefix, [h.host for h in every if h.queued])
     fill = ones / bloom_bits if bloom_bits else None
     hashes = int(meta.get("bloom_hashes", "0") or 0)
-    queued, counters = meta_counts(meta, int(leased))
+    queued, counters = meta_counts(meta, int(leased), int(scheduled))
+    due_in = None
+    if first_due:
+        due_in = max(0.0, (float(first_due[1]) - int(now_s) * 1000 - int(now_us) / 1000) / 1000)
     settings = {
         k: v
         for k, v in meta.items()
@@ -318,6 +253,9 @@ def inspect_at(location: RedisURL, link: Link, hosts: int) -> Inspection:
         settings=settings,
         used_memory=int(fields.get("used_memory", "0") or 0),
         counters=counters,
+        scheduled=int(scheduled),
+        revisits=int(meta.get("revisits", "0") or 0),
+        next_due_in=due_in,
     )
 
 
@@ -326,7 +264,7 @@ def _leases_by_owner(link: Link, prefix: bytes) -> dict[str, int]:
     cursor = b"0"
     while True:
         cursor, flat = link.command(
-            b"HSCAN", prefix + b"lease", cursor, b"COUNT", _SCAN_COUNT, doing="listing leases"
+            b"HSCAN", prefix + b"lease", cursor, b"COUNT", SCAN_COUNT, doing="listing leases"
         )
         for field_, record in zip(flat[::2], flat[1::2], strict=True):
             if field_.startswith(b"@"):
@@ -376,7 +314,7 @@ def purge_at(location: RedisURL, link: Link) -> int:
     cursor = b"0"
     while True:
         cursor, keys = link.command(
-            b"SCAN", cursor, b"MATCH", pattern, b"COUNT", _SCAN_COUNT, doing="purging"
+            b"SCAN", cursor, b"MATCH", pattern, b"COUNT", SCAN_COUNT, doing="purging"
         )
         if keys:
             deleted += int(link.command(b"UNLINK", *keys, doing="purging"))
@@ -409,41 +347,12 @@ def change_host(url: str, what: str, host: str, seconds: float | None = None) ->
         close_link(location, link)
 
 
-def change_host_at(
-    location: RedisURL, link: Link, what: str, host: str, seconds: float | None
-) -> str:
-    """`change_host` on a link to the server holding the crawl (or the host's shard)."""
-    prefix = location.prefix.encode()
-    delay_s, concurrency = link.command(
-        b"HMGET", prefix + b"meta", b"last_host_delay", b"last_host_concurrency",
-        doing="reading the crawl's settings",
-    )  # fmt: skip
-    if delay_s is None:
-        raise StoreError(f"there is no crawl {location.crawl!r} at {location.display}")
-    link.load_library("loading crawlq's functions")
-    head = [b"FCALL", link.library.function["control"], b"1", prefix, what.encode()]
-    pacing = [b"%d" % math.ceil(float(delay_s) * 1_000_000), concurrency or b"0"]
-    args: list[bytes] = []
-    if what == "block":
-        assert seconds is not None
-        args = [b"%d" % math.ceil(seconds * 1000)]
-    elif what == "delay":
-        own = host_policy(link, prefix, host)[1]
-        args = [
-            b"" if seconds is None else b"%d" % math.ceil(seconds * 1000),
-            b"" if own is None else b"%d" % own,
-        ]
-        what_bytes = b"policy"
-        head[-1] = what_bytes
-    link.call(pack([*head, *pacing, host.encode(), *args]), "changing a host")
-    return f"changed {host}: every worker obeys it from its next call"
-
-
 def snapshot(url: str, *, top: int = 20) -> tuple[int, int, int, Counters, HostList]:
     """Queued, leased, seen, `Counters` and the ``top`` busiest hosts of a Redis crawl.
 
     For ``crawlq top`` and metrics read from outside the workers; leased
-    includes workers' prefetched requests. Costs what `host_counts` costs.
+    includes workers' prefetched requests, queued leaves out scheduled ones
+    (`inspect` counts those). Costs what `host_counts` costs.
     Raises `StoreError` when there is no such crawl, `StoreUnavailable` when
     the server cannot be reached.
     """
@@ -459,12 +368,13 @@ def snapshot_at(
 ) -> tuple[int, int, int, Counters, HostList]:
     """`snapshot` on a link to the server holding the crawl (or one cluster shard)."""
     prefix = location.prefix.encode()
-    meta_flat, leased, seen_set, seen_timed = link.commands(
+    meta_flat, leased, seen_set, seen_timed, scheduled = link.commands(
         [
             (b"HGETALL", prefix + b"meta"),
             (b"ZCARD", prefix + b"leases"),
             (b"SCARD", prefix + b"seen"),
             (b"HLEN", prefix + b"seen_at"),
+            (b"ZCARD", prefix + b"due"),
         ],
         "reading the crawl",
     )
@@ -472,7 +382,7 @@ def snapshot_at(
         raise StoreError(f"there is no crawl {location.crawl!r} at {location.display}")
     busiest = host_counts(link, prefix, top, {})
     meta = {meta_flat[i].decode(): meta_flat[i + 1].decode() for i in range(0, len(meta_flat), 2)}
-    queued, counters = meta_counts(meta, int(leased))
+    queued, counters = meta_counts(meta, int(leased), int(scheduled))
     return queued, int(leased), _seen(meta, int(seen_set), int(seen_timed)), counters, busiest
 
 

@@ -19,15 +19,16 @@ class Library:
 
     #: Files joined in this order: a Lua ``local function`` must come before
     #: its callers, so the shared helpers go first (shared.lua: key layout,
-    #: call state, clock; then dedup, host records, host queues, leases and
-    #: the refill/pop machinery, each relying only on those before it), then
-    #: the entry points.
+    #: call state, clock; then dedup, host records, host queues, leases,
+    #: scheduled requests and the refill/pop machinery, each relying only on
+    #: those before it), then the entry points.
     PARTS: Final = (
         "shared",
         "seen",
         "hosts",
         "queues",
         "leases",
+        "due",
         "refill",
         "add",
         "pop",

@@ -24,12 +24,14 @@ from .memory import evicting, eviction_refused, memory_fields
 __all__ = ["FINGERPRINTER_KEY", "FORMAT", "Dedup", "check_server", "open_crawl", "settings_at"]
 
 #: Layout version of a crawl's keys, stored in its meta hash. Opening a
-#: crawl of format 3, 4 or 5 upgrades it in place (open.lua): format 4 keeps
+#: crawl of format 3 to 6 upgrades it in place (open.lua): format 4 keeps
 #: the queue's size as counters, which crawlq before 4 would not read; format
 #: 5 keeps exact dedup in buckets (an upgraded crawl keeps its `seen` set);
 #: format 6 keeps queued requests in lists per host and priority
-#: (``upgrade_queues`` moves them, host by host, at the first open).
-FORMAT: Final = 6
+#: (``upgrade_queues`` moves them, host by host, at the first open); format
+#: 7 holds scheduled requests in `due` (nothing to move: a format-6 crawl
+#: has none, and an older crawlq must not open one that may).
+FORMAT: Final = 7
 #: Key (after the crawl's prefix) of the fingerprinter its last opener used,
 #: as `Fingerprinter.describe` JSON.
 FINGERPRINTER_KEY: Final = b"fingerprinter"
@@ -152,7 +154,7 @@ def open_crawl(
 
 
 def _upgrade_queues(link: Link, location: RedisURL) -> None:
-    """Move a crawl's queued requests to format 6's lists (see open.lua), to the end.
+    """Move a crawl's queued requests to the lists of format 6 on (see open.lua), to the end.
 
     Each call moves a few hosts atomically, so the server keeps serving
     other clients between them; a second opener doing the same at once is

@@ -46,6 +46,14 @@ Durability
     unanswered call leased, so a long outage leaves no lease stuck until
     ``lease_timeout``.
 
+Due times
+    A request added with a ``not_before`` still to come, released with a
+    delay, or acked with a refetch waits in the crawl's ``due`` sorted set
+    (``lua/due.lua``), judged by the server's clock; the pops of every worker
+    move the due ones into their hosts' queues, a bounded batch per call.
+    Refetches and delayed releases are sent at once (never held for
+    ``ack_delay``), so what they schedule is stored when they return.
+
 Nothing is wiped implicitly: ``close()`` never deletes shared data. `purge`
 removes a crawl and `inspect` describes one (both for the ``crawlq`` CLI).
 """
@@ -66,12 +74,13 @@ from ..._errors import StoreError
 from ..._fingerprint import Fingerprinter
 from ..._policy import Policy
 from ..._request import Request
-from ..base import Entry, StoreCounts
-from .calls import FunctionCalls, Pending, lease_pairs, update_quads
+from ..base import Entry, Refetch, StoreCounts
+from .calls import FunctionCalls, Pending
 from .client import acquire_client, redis_module, release_client
 from .config import RedisURL, Settings, parse_url
 from .conn import Link
 from .controls import RedisControls
+from .finishing import FINISH_CHUNK, Finishing, finish_items
 from .inspection import Inspection, inspect, purge, server_counters
 from .open import Dedup, check_server, open_crawl
 from .state import bloom_stats, load_state, save_state
@@ -95,13 +104,18 @@ OPTIONS: Final = (
     "allow_eviction",
 )
 
-_FINISH_CHUNK: Final = 1000
 _ACCEPTED_EVERY: Final = 1.0  # seconds a worker may hold its per-host accepted counts
 _HOST: Final = itemgetter(1)  # an Entry's host
 
 log = logging.getLogger("crawlq.redis")
 
-_PendingAdd = tuple[Pending, Sequence[Entry], bool, list[bytes], set[bytes], bool]
+#: An add begun by `RedisStore.add_start`: its call, its entries, whether it
+#: carried the acks waiting, the finished leases' arguments left for later
+#: calls with their hosts, mode and head (see `Finishing._finish_pairs`),
+#: and whether it was numbered for a cluster.
+_PendingAdd = tuple[
+    Pending, Sequence[Entry], bool, list[bytes], set[bytes], tuple[bytes, int, list[bytes]], bool
+]
 
 
 def open_store(
@@ -129,7 +143,7 @@ def open_store(
     return store, location.display
 
 
-class RedisStore(FunctionCalls, RedisControls):
+class RedisStore(FunctionCalls, Finishing, RedisControls):
     """A frontier kept in Redis and shared by every process that opens its URL.
 
     Use `crawlq.open_frontier` with a ``redis://`` URL. See the module
@@ -234,9 +248,14 @@ class RedisStore(FunctionCalls, RedisControls):
     # -- the store protocol ----------------------------------------------------
 
     def add(
-        self, entries: Sequence[Entry], finished: Sequence[object] = (), *, lifo: bool | None = None
+        self,
+        entries: Sequence[Entry],
+        finished: Sequence[object] = (),
+        *,
+        lifo: bool | None = None,
+        refetch: Sequence[Refetch | None] | None = None,
     ) -> list[bool]:
-        return self.add_end(self.add_start(entries, finished, lifo))
+        return self.add_end(self.add_start(entries, finished, lifo, refetch=refetch))
 
     def add_start(
         self,
@@ -245,6 +264,7 @@ class RedisStore(FunctionCalls, RedisControls):
         lifo: bool | None = None,
         send: bool = False,
         numbering: tuple[int, bytes, int] | None = None,
+        refetch: Sequence[Refetch | None] | None = None,
     ) -> _PendingAdd:
         """`add`, up to sending its call (with ``send``); `add_end` finishes it.
 
@@ -252,37 +272,46 @@ class RedisStore(FunctionCalls, RedisControls):
         shards) sends every part before it waits for any reply, and numbers
         the part's requests after the whole batch: ``numbering`` is (floor,
         each entry's place in the batch as packed uint32, batch size), see
-        "Ids across shards" in add.lua; `add_end` then sets ``id_mark``.
+        "Ids across shards" in add.lua; `add_end` then sets ``id_mark``. A
+        shard's part that refetches must be numbered (its refetches take
+        numbers after the floor), entries or none.
         """
         buffer = self._buffer
         if lifo is None:
             lifo = self._lifo
-        extra = pack_entries(entries, self._bloom_bits, self._bloom_hashes, lifo)
+        extra, dues = pack_entries(entries, self._bloom_bits, self._bloom_hashes, lifo)
         extra += self._add_tail
-        pairs, hosts = lease_pairs(finished)
         waiting = self._waiting
-        if waiting:
-            pairs = waiting + pairs
-            hosts |= self._waiting_hosts
-        # Lua unpacks the pairs onto its stack: more go in later calls, after
+        items, hosts, stride = finish_items(finished, refetch, waiting, self._waiting_hosts)
+        # Lua unpacks the leases onto its stack: more go in later calls, after
         # the batch, which keeps children durable before their parents' acks.
-        pairs, rest = pairs[: 2 * _FINISH_CHUNK], pairs[2 * _FINISH_CHUNK :]
-        extra.append(b"%d" % (len(pairs) // 2))
-        extra.extend(pairs)
+        items, rest = items[: stride * FINISH_CHUNK], items[stride * FINISH_CHUNK :]
+        count = len(items) // stride
+        extra.append(b"%d" % count if stride == 2 else b"f%d" % count)
+        extra.extend(items)
         if numbering is not None:
             floor, offsets, span = numbering
             extra += [b"%d" % floor, offsets, b"%d" % span]
+        elif dues:
+            extra += [b"", b"", b""]  # (not numbered)
+        if dues:
+            extra.append(dues)
         # As for an ack (see _finish): a finished lease of a prefetched host
         # gives the batch back, and a caller that keeps popping gets the next
         # request leased in this same call.
         force = bool(buffer) and (self._stale() or any(h in hosts for _, h in buffer))
-        refill = self._refill(bool(pairs))
+        refill = self._refill(bool(items))
         pending = self._call_start(b"add", refill, force, extra, "adding", None, send)
-        return pending, entries, bool(waiting), rest, hosts, numbering is not None
+        later = (
+            (b"a", 2, [])
+            if stride == 2
+            else (b"f", 5, [b"" if numbering is None else b"%d" % numbering[0]])
+        )
+        return pending, entries, bool(waiting), rest, hosts, later, numbering is not None
 
     def add_end(self, started: _PendingAdd) -> list[bool]:
         """The outcome of an add `add_start` began (False marks a duplicate)."""
-        pending, entries, waited, rest, hosts, numbered = started
+        pending, entries, waited, rest, hosts, later, numbered = started
         reply = self._call_end(pending)
         outcome: bytes = reply[0]
         if numbered:
@@ -291,7 +320,8 @@ class RedisStore(FunctionCalls, RedisControls):
         if waited:
             self._waiting, self._waiting_hosts = [], set()
         if rest:
-            self._finish_pairs(b"a", rest, hosts, "acking")
+            mode, stride, head = later
+            self._finish_pairs(mode, rest, hosts, "acking", stride, head)
         added = [flag == 49 for flag in outcome]  # b"1"
         counts = self._host_accepted
         if counts is not None:
@@ -357,38 +387,6 @@ class RedisStore(FunctionCalls, RedisControls):
         self._popping = True
         return self._buffer.popleft()[0]
 
-    def _finish(self, mode: bytes, leases: Sequence[object], doing: str) -> None:
-        pairs, hosts = lease_pairs(leases)
-        self._finish_pairs(mode, pairs, hosts, doing)
-
-    def _finish_pairs(
-        self, mode: bytes, pairs: list[bytes], hosts: set[bytes], doing: str, stride: int = 2
-    ) -> None:
-        # Calls of at most _FINISH_CHUNK leases (of ``stride`` arguments each:
-        # pairs, or release_updated's quads): Lua unpacks them onto its stack.
-        for start in range(0, len(pairs), stride * _FINISH_CHUNK):
-            chunk = pairs[start : start + stride * _FINISH_CHUNK]
-            buffer = self._buffer
-            # A prefetched request of an acked host was picked with that host's
-            # old lease count: its place may change, so give the batch back.
-            force = bool(buffer) and (self._stale() or any(h in hosts for _, h in buffer))
-            extra = [mode, b"%d" % (len(chunk) // stride), *chunk]
-            self._call(b"ack_or_release", self._refill(True), force, extra, doing)
-
-    def ack(self, leases: Sequence[object]) -> None:
-        if self._ack_delay <= 0.0:
-            self._finish(b"a", leases, "acking")
-            return
-        pairs, hosts = lease_pairs(leases)
-        waiting = self._waiting
-        now = time.monotonic()
-        if not waiting:
-            self._acks_since = now
-        waiting.extend(pairs)
-        self._waiting_hosts |= hosts
-        if len(waiting) >= 2 * _FINISH_CHUNK or now - self._acks_since >= self._ack_delay:
-            self.flush()
-
     def expect_pops(self, count: int | None) -> None:
         """Have the next changing call lease ``count`` requests (at most ``prefetch``).
 
@@ -401,28 +399,21 @@ class RedisStore(FunctionCalls, RedisControls):
         """
         self._demand = None if count is None else min(count, self._prefetch)
 
-    def flush(self) -> None:
-        if self._waiting:
-            self._finish_pairs(b"a", self._waiting, self._waiting_hosts, "acking")
-            self._waiting, self._waiting_hosts = [], set()
-
-    def release(
-        self, leases: Sequence[object], updates: Sequence[Entry | None] | None = None
-    ) -> None:
-        self.flush()
-        if updates is None:
-            self._finish(b"r", leases, "releasing")
-        else:  # payloads replaced in the call that releases (release_updated in leases.lua)
-            quads, hosts = update_quads(leases, updates)
-            self._finish_pairs(b"u", quads, hosts, "releasing", 4)
-
     def counts(self) -> StoreCounts:
         self.flush()  # the server's lease counts then include this worker's acks
-        queued, leased, seen, *figures = self._read(b"counts")
+        queued, leased, seen, *figures, scheduled, revisits, due_in = self._read(b"counts")
         # This store's own prefetched requests are not handed out yet.
         mine = len(self._buffer)
         counters = server_counters(figures, leased, mine)
-        return StoreCounts(queued + mine, leased - mine, seen, counters)
+        return StoreCounts(
+            queued + mine,
+            leased - mine,
+            seen,
+            counters,
+            scheduled,
+            revisits,
+            None if due_in < 0 else due_in / 1_000_000,
+        )
 
     def next_ready_in(self) -> float | None:
         if self._buffer and not self._stale():
@@ -435,8 +426,8 @@ class RedisStore(FunctionCalls, RedisControls):
     def seen(self, fingerprints: Sequence[bytes]) -> list[bool]:
         found: list[bool] = []
         # A few thousand at a time: Lua unpacks them onto its stack.
-        for i in range(0, len(fingerprints), _FINISH_CHUNK):
-            chunk = list(fingerprints[i : i + _FINISH_CHUNK])
+        for i in range(0, len(fingerprints), FINISH_CHUNK):
+            chunk = list(fingerprints[i : i + FINISH_CHUNK])
             first = self._add_tail[1] if self._dedup.timed else b"%d" % self._bloom_bits
             reply = self._read(b"seen", first, b"%d" % self._bloom_hashes, *chunk)
             found.extend(flag == 1 for flag in reply)

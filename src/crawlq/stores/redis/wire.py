@@ -155,21 +155,25 @@ def _not_enough_data() -> Any:
 
 _ENTRY: Final = struct.Struct(">16sBiI")
 _LENGTH: Final = struct.Struct(">I")
+_DUE: Final = struct.Struct(">Id")
 
 
 def pack_entries(
     entries: Sequence[Entry], bloom_bits: int, bloom_hashes: int, lifo: bool
-) -> list[bytes]:
-    """The arguments of add.lua for a batch: its order, dedup mode, count and entries.
+) -> tuple[list[bytes], bytes]:
+    """The arguments of add.lua for a batch (order, dedup mode, count, entries), and its due times.
 
     Each entry is packed big-endian: 16-byte fingerprint, flags byte (bit 0:
     dont_filter), int32 priority, uint32 length + host, uint32 length +
-    encoded request.
+    encoded request. The due times are (uint32 entry number from 1, double
+    ``not_before`` in ms) for the entries that have one, packed; empty when
+    none has (add.lua then takes no argument for them).
     """
     parts: list[bytes] = []
     append = parts.append
     pack_entry = _ENTRY.pack
     pack_length = _LENGTH.pack
+    dues: list[bytes] = []
     for fingerprint, host, request, payload in entries:
         assert payload is not None  # needs_payload
         host_bytes = host.encode()
@@ -177,12 +181,16 @@ def pack_entries(
         append(host_bytes)
         append(pack_length(len(payload)))
         append(payload)
+        if request.not_before is not None:
+            # Judged by the server's clock (TIME, POSIX): a past one queues at once.
+            dues.append(_DUE.pack(len(parts) // 4, request.not_before * 1000))
     # Ids of LIFO-added requests count down from the top, FIFO-added ones
     # up from 0 (add.lua): the order of crawlq._policy.order_key.
-    return [
+    args = [
         b"1" if lifo else b"0",
         b"%d" % bloom_bits,
         b"%d" % bloom_hashes,
         b"%d" % len(entries),
         b"".join(parts),
     ]
+    return args, b"".join(dues)

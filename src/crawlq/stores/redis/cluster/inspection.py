@@ -19,15 +19,8 @@ from ...base import Counters, HostList, merge_hosts
 from ..client import redis_module
 from ..config import RedisURL, parse_url
 from ..conn import Link
-from ..inspection import (
-    Inspection,
-    ShardSummary,
-    change_host_at,
-    host_counts,
-    inspect_at,
-    purge_at,
-    snapshot_at,
-)
+from ..host_views import change_host_at, host_counts
+from ..inspection import Inspection, ShardSummary, inspect_at, purge_at, snapshot_at
 from ..open import settings_at
 from .shards import ClusterClient, record_tags, shard_of
 
@@ -99,6 +92,7 @@ def inspect(url: str, *, hosts: int = 20) -> Inspection:
         counters += one.counters
         memory[_node(shard)] = one.used_memory
     deadlines = [one.next_lease_deadline_in for one in found if one.next_lease_deadline_in]
+    dues = [one.next_due_in for one in found if one.next_due_in is not None]
     fills = [one.bloom_fill_ratio for one in found if one.bloom_fill_ratio is not None]
     rates = [r for one in found if (r := one.bloom_false_positive_rate) is not None]
     merged = merge_hosts([HostList(one.hosts, one.host_total, 0) for one in found], hosts)
@@ -121,6 +115,9 @@ def inspect(url: str, *, hosts: int = 20) -> Inspection:
         settings={**first.settings, "shards": str(len(found))},
         used_memory=sum(memory.values()),
         counters=counters,
+        scheduled=sum(one.scheduled for one in found),
+        revisits=sum(one.revisits for one in found),
+        next_due_in=min(dues) if dues else None,
         shards=[
             ShardSummary(k, _node(shard), one.queued, one.leased, one.seen)
             for k, ((shard, _), one) in enumerate(zip(links, found, strict=True))

@@ -19,17 +19,31 @@ import time
 import zlib
 from typing import TYPE_CHECKING, Any, Final
 
-from ...._errors import StoreError, StoreUnavailable
+from ...._errors import IncompatibleStore, StoreError, StoreUnavailable
+from ...._fingerprint import Fingerprinter
+from ...._policy import Policy
 from ..client import MIN_SERVER, redis_module, translate
-from ..config import RedisURL
+from ..config import RedisURL, Settings
 from ..conn import Link, server_version
+from ..store import RedisStore
 
 if TYPE_CHECKING:
     import redis
 
-__all__ = ["ClusterClient", "record_tags", "shard_of", "shard_tags"]
+__all__ = [
+    "CLUSTER_FORMAT",
+    "ClusterClient",
+    "open_record",
+    "record_tags",
+    "shard_of",
+    "shard_tags",
+]
 
 _SLOTS: Final = 16384
+#: Shards of a new crawl opened without ``shards``.
+DEFAULT_SHARDS: Final = 16
+#: Layout version of a cluster crawl's record.
+CLUSTER_FORMAT: Final = 1
 
 
 def shard_of(host: bytes, shards: int) -> int:
@@ -69,6 +83,72 @@ def record_tags(count: str, tags: str) -> list[str | None]:
     if not tags:
         return [None] * int(count or 0)
     return list(tags.split(" "))
+
+
+def open_record(
+    location: RedisURL, cluster: ClusterClient, retry_timeout: float, shards: int | None
+) -> list[str | None]:
+    """Create or read a cluster crawl's record; return its shards' hash tags.
+
+    None for each shard of a crawl recorded before the record kept tags
+    (its shards use ``NAME:K``). Raises `IncompatibleStore` for a record of
+    another format, or of another shard count than ``shards`` (None: any),
+    and what `Link.command` raises.
+    """
+    key = location.prefix.encode() + b"cluster"
+    count = shards or DEFAULT_SHARDS
+    link = Link(location, cluster.node_client(key)[0], retry_timeout)
+    try:
+        stored = link.command(
+            b"FCALL",
+            link.library.function["cluster_record"],
+            b"1",
+            key,
+            b"%d" % CLUSTER_FORMAT,
+            b"%d" % count,
+            " ".join(shard_tags(location.crawl, count)).encode(),
+            doing="opening the crawl",
+        )
+    finally:
+        link.close()
+    fmt, stored_count, tags = (v.decode() if isinstance(v, bytes) else "" for v in stored)
+    crawl, where = location.crawl, location.display
+    if fmt != str(CLUSTER_FORMAT) or not stored_count.isdigit():
+        raise IncompatibleStore(
+            f"crawl {crawl!r} at {where} has a cluster record of format {fmt or '?'}, not "
+            f"crawlq's {CLUSTER_FORMAT}; use another crawl name or upgrade crawlq"
+        )
+    if shards is not None and int(stored_count) != shards:
+        raise IncompatibleStore(
+            f"crawl {crawl!r} at {where} was created with shards={stored_count}; its shard "
+            f"count cannot change: open it with shards={stored_count} (or without shards), "
+            "or use another crawl name",
+            setting="shards",
+        )
+    return record_tags(stored_count, tags)
+
+
+def open_shard(
+    location: RedisURL,
+    cluster: ClusterClient,
+    k: int,
+    tag: str | None,
+    options: tuple[Policy, Fingerprinter, Settings],
+    replicas: int = 0,
+) -> RedisStore:
+    """Open shard ``k`` (hash tag ``tag``) of a cluster crawl, on the node serving it.
+
+    ``options`` are the store's. The store follows its shard to another node
+    when the cluster moves it (a failover). Raises what `RedisStore` raises.
+    """
+    meta = location.of_shard(k, "", 0, tag).prefix.encode() + b"meta"
+    client, host, port = cluster.node_client(meta)
+
+    def reroute() -> Any:
+        return cluster.node_client(meta, refresh=True)[0]
+
+    where = location.of_shard(k, host, port, tag)
+    return RedisStore(where, client, *options, reroute, replicas)
 
 
 class ClusterClient:

@@ -51,27 +51,23 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Final
 
-from ...._errors import ConfigError, IncompatibleStore, StoreError
+from ...._errors import ConfigError, StoreError
 from ...._fingerprint import Fingerprinter
 from ...._policy import Policy
 from ...._request import Request
-from ...base import Counters, Entry, HostList, StoreCounts, merge_hosts
+from ...base import Counters, Entry, HostList, Refetch, StoreCounts, merge_hosts
 from ..client import redis_module
 from ..config import RedisURL, Settings, parse_url
-from ..conn import Link
 from ..store import OPTIONS as _REDIS_OPTIONS
 from ..store import RedisStore
-from .shards import ClusterClient, record_tags, shard_of, shard_tags
+from .shards import ClusterClient, open_record, open_shard, shard_of
 
 __all__ = ["OPTIONS", "ClusterStore", "open_store"]
 
 #: Options of the cluster store, besides the common ones.
 OPTIONS: Final = (*_REDIS_OPTIONS, "shards", "replicas")
 
-_DEFAULT_SHARDS: Final = 16
 _MAX_SHARDS: Final = 1024
-#: Layout version of a cluster crawl's record.
-CLUSTER_FORMAT: Final = 1
 #: Seconds before a shard that had nothing ready is asked again, unless this
 #: worker wrote to it or one of its delays ends sooner: what bounds how late
 #: this worker sees other workers' adds there.
@@ -142,10 +138,9 @@ class ClusterStore:
     ) -> None:
         self._location = location
         self._cluster = cluster
-        self._replicas = replicas
         self.origin = f"{location.display.partition('?')[0]}#{location.prefix}"
         cluster.check(settings.retry_timeout, replicas)
-        tags = self._open_record(settings.retry_timeout, shards)
+        tags = open_record(location, cluster, settings.retry_timeout, shards)
         self._count = len(tags)
         if settings.bloom_capacity is not None:
             # Each shard holds its share of the crawl's fingerprints.
@@ -154,7 +149,10 @@ class ClusterStore:
         self._shards: list[RedisStore] = []
         try:
             for k, tag in enumerate(tags):
-                self._shards.append(self._open_shard(k, tag, policy, fingerprinter, settings))
+                options = (policy, fingerprinter, settings)
+                self._shards.append(open_shard(location, cluster, k, tag, options, replicas))
+                # One origin for the whole crawl: a lease's host names its shard.
+                self._shards[-1].origin = self.origin
         except BaseException:
             for shard in self._shards:
                 shard.close()
@@ -179,67 +177,6 @@ class ClusterStore:
         # host: the fewest-leases tie-break across shards, for its own pops.
         self._held: dict[bytes, int] = {}
 
-    def _open_record(self, retry_timeout: float, shards: int | None) -> list[str | None]:
-        """Create or read the crawl's record; return its shards' hash tags.
-
-        None for each shard of a crawl recorded before the record kept tags
-        (its shards use ``NAME:K``).
-        """
-        location = self._location
-        key = location.prefix.encode() + b"cluster"
-        count = shards or _DEFAULT_SHARDS
-        link = Link(location, self._cluster.node_client(key)[0], retry_timeout)
-        try:
-            stored = link.command(
-                b"FCALL",
-                link.library.function["cluster_record"],
-                b"1",
-                key,
-                b"%d" % CLUSTER_FORMAT,
-                b"%d" % count,
-                " ".join(shard_tags(location.crawl, count)).encode(),
-                doing="opening the crawl",
-            )
-        finally:
-            link.close()
-        fmt, stored_count, tags = (v.decode() if isinstance(v, bytes) else "" for v in stored)
-        crawl, where = location.crawl, location.display
-        if fmt != str(CLUSTER_FORMAT) or not stored_count.isdigit():
-            raise IncompatibleStore(
-                f"crawl {crawl!r} at {where} has a cluster record of format {fmt or '?'}, not "
-                f"crawlq's {CLUSTER_FORMAT}; use another crawl name or upgrade crawlq"
-            )
-        if shards is not None and int(stored_count) != shards:
-            raise IncompatibleStore(
-                f"crawl {crawl!r} at {where} was created with shards={stored_count}; its shard "
-                f"count cannot change: open it with shards={stored_count} (or without shards), "
-                "or use another crawl name",
-                setting="shards",
-            )
-        return record_tags(stored_count, tags)
-
-    def _open_shard(
-        self,
-        k: int,
-        tag: str | None,
-        policy: Policy,
-        fingerprinter: Fingerprinter,
-        settings: Settings,
-    ) -> RedisStore:
-        meta = self._location.of_shard(k, "", 0, tag).prefix.encode() + b"meta"
-        client, host, port = self._cluster.node_client(meta)
-
-        def reroute() -> Any:
-            return self._cluster.node_client(meta, refresh=True)[0]
-
-        location = self._location.of_shard(k, host, port, tag)
-        shard = RedisStore(
-            location, client, policy, fingerprinter, settings, reroute, self._replicas
-        )
-        # One origin for the whole crawl: a lease's host names its shard.
-        shard.origin = self.origin
-        return shard
-
     # -- routing -----------------------------------------------------------------
 
     def _shard_index(self, host: str | bytes) -> int:
@@ -255,8 +192,14 @@ class ClusterStore:
     # -- the store protocol ----------------------------------------------------------
 
     def add(
-        self, entries: Sequence[Entry], finished: Sequence[object] = (), *, lifo: bool | None = None
+        self,
+        entries: Sequence[Entry],
+        finished: Sequence[object] = (),
+        *,
+        lifo: bool | None = None,
+        refetch: Sequence[Refetch | None] | None = None,
     ) -> list[bool]:
+        again = _by_lease(finished, refetch)
         groups: dict[int, list[int]] = {}
         for i, entry in enumerate(entries):
             groups.setdefault(self._shard_index(entry[1]), []).append(i)
@@ -267,7 +210,7 @@ class ClusterStore:
         if len(groups) == 1 and len(done) <= 1 and (not done or done.keys() == groups.keys()):
             # One shard: the batch and its finished leases in one call, as on one server.
             k, indexes = next(iter(groups.items()))
-            self._scatter([(k, indexes, finished)], entries, flags, lifo)
+            self._scatter([(k, indexes, finished)], entries, flags, lifo, again)
             return flags
         last = next(iter(done)) if len(done) == 1 else None
         # Children first, in every shard at once; the parents' acks only then.
@@ -276,6 +219,7 @@ class ClusterStore:
             entries,
             flags,
             lifo,
+            again,
         )
         if done:
             self._scatter(
@@ -283,6 +227,7 @@ class ClusterStore:
                 entries,
                 flags,
                 lifo,
+                again,
             )
             for k in done:
                 self._touch(k)
@@ -294,34 +239,41 @@ class ClusterStore:
         entries: Sequence[Entry],
         flags: list[bool],
         lifo: bool | None,
+        again: dict[int, Refetch | None] | None,
     ) -> None:
         """Add each part (shard, indexes of its entries, leases it finishes) to its shard.
 
         Every part's call is sent before any reply is read, so the shards
         (on several nodes) work at once; their outcomes go into ``flags``.
         Every reply is read even when one fails, then the first failure is
-        raised.
+        raised. ``again`` maps a finished lease (by id) to its refetch.
         """
         shards = self._shards
         scatter = len(parts) > 1
         span = len(entries)
         started = []
+        numbered = []
         for k, indexes, leases in parts:
             # Numbered after the whole batch (see "Ids across shards" in add.lua).
             numbering = (self._mark, struct.pack(f">{len(indexes)}I", *indexes), span)
             part = [entries[i] for i in indexes]
+            refetch = None if again is None else [again[id(lease)] for lease in leases]
+            # Refetches take numbers too: after the floor, entries or none.
+            numbered.append(bool(part) or (refetch is not None and any(refetch)))
             started.append(
-                shards[k].add_start(part, leases, lifo, scatter, numbering if part else None)
+                shards[k].add_start(
+                    part, leases, lifo, scatter, numbering if numbered[-1] else None, refetch
+                )
             )
         failure: StoreError | None = None
-        for (k, indexes, _), one in zip(parts, started, strict=True):
+        for (k, indexes, _), one, mark in zip(parts, started, numbered, strict=True):
             shard = shards[k]
             try:
                 added = shard.add_end(one)
             except StoreError as exc:
                 failure = failure or exc
                 continue
-            if indexes:
+            if mark:
                 self._mark = max(self._mark, shard.id_mark)
             for i, flag in zip(indexes, added, strict=True):
                 flags[i] = flag
@@ -379,18 +331,34 @@ class ClusterStore:
         self._ready_at[k] = now + (wait or 0.0)
         self._due[k] = now + (_POLL if wait is None else min(wait, _POLL))
 
-    def ack(self, leases: Sequence[object]) -> None:
+    def ack(
+        self, leases: Sequence[object], refetch: Sequence[Refetch | None] | None = None
+    ) -> None:
+        again = _by_lease(leases, refetch)
         for k, group in self._leases_by_shard(leases).items():
-            self._shards[k].ack(group)
+            shard = self._shards[k]
+            if again is None:
+                shard.ack(group)
+            else:  # new numbers after every request this worker knows of
+                shard.ack(group, [again[id(lease)] for lease in group], self._mark)
+                self._mark = max(self._mark, shard.id_mark)
             # A host at its concurrency limit may be ready again.
             self._touch(k)
 
     def release(
-        self, leases: Sequence[object], updates: Sequence[Entry | None] | None = None
+        self,
+        leases: Sequence[object],
+        updates: Sequence[Entry | None] | None = None,
+        delays: Sequence[float] | None = None,
     ) -> None:
         update_of = dict(zip(map(id, leases), updates or (), strict=False))  # same host: shard
+        delay_of = dict(zip(map(id, leases), delays or (), strict=False))
         for k, group in self._leases_by_shard(leases).items():
-            self._shards[k].release(group, updates and [update_of[id(lease)] for lease in group])
+            self._shards[k].release(
+                group,
+                updates and [update_of[id(lease)] for lease in group],
+                None if delays is None else [delay_of[id(lease)] for lease in group],
+            )
             self._touch(k)
 
     def _leases_by_shard(self, leases: Sequence[Any]) -> dict[int, list[Any]]:
@@ -412,15 +380,22 @@ class ClusterStore:
             shard.flush()
 
     def counts(self) -> StoreCounts:
-        queued = leased = seen = 0
+        queued = leased = seen = scheduled = revisits = 0
         counters = Counters()
+        dues = []
         for shard in self._shards:
             counts = shard.counts()
             queued += counts.queued
             leased += counts.leased
             seen += counts.seen
             counters += counts.counters
-        return StoreCounts(queued, leased, seen, counters)
+            scheduled += counts.scheduled
+            revisits += counts.revisits
+            if counts.next_due_in is not None:
+                dues.append(counts.next_due_in)
+        return StoreCounts(
+            queued, leased, seen, counters, scheduled, revisits, min(dues) if dues else None
+        )
 
     def next_ready_in(self) -> float | None:
         now = time.monotonic()
@@ -497,3 +472,12 @@ class ClusterStore:
 
     def __repr__(self) -> str:
         return f"<ClusterStore {self._location.display} shards={self._count}>"
+
+
+def _by_lease(
+    leases: Sequence[object], refetch: Sequence[Refetch | None] | None
+) -> dict[int, Refetch | None] | None:
+    """Each lease's refetch by the lease's id(), or None when none refetches."""
+    if refetch is None or not any(again is not None for again in refetch):
+        return None
+    return dict(zip(map(id, leases), refetch, strict=True))

@@ -1,14 +1,21 @@
 -- add: dedup and enqueue a batch, then ack the leases it finishes, atomically
 -- (a page's links, then the page: children first). Relies on refill.lua,
--- leases.lua, queues.lua, hosts.lua, seen.lua and shared.lua.
+-- due.lua, leases.lua, queues.lua, hosts.lua, seen.lua and shared.lua.
 -- Arguments after the common ones: lifo ('1'/'0'), Bloom bits (0: exact dedup),
 -- Bloom hashes, count, then one blob of entries, each packed big-endian as
 -- 16-byte fingerprint, flags byte (bit 0: dont_filter), int32 priority,
 -- uint32 length + host, uint32 length + encoded request; then
 -- max_requests_per_host (0: no cap), seen_ttl in ms ('' : dedup by the `seen`
 -- set; a number: by `seen_at`, 0 meaning forever), the number of leases to
--- ack and their (id, token) pairs; then, from a cluster crawl's shard only,
--- a floor, offsets and a span (see "Ids across shards" below).
+-- ack and their (id, token) pairs, or 'f' .. that number and their (id,
+-- token, delay ms, score, payload) tuples when some refetch (see
+-- finish_tuples in due.lua); then, from a cluster crawl's shard (or '' three
+-- times), a floor, offsets and a span (see "Ids across shards" below); then,
+-- only when some entry has a due time, a blob of (uint32 entry number from
+-- 1, double due time in ms of server time) pairs: an entry whose due time
+-- is still to come is scheduled (due.lua) rather than queued.
+--
+-- A refetch takes its new number after the batch's (see take_number).
 --
 -- Ids across shards. Each shard numbers its own adds, so numbers of two
 -- shards would say nothing about which request came first. A cluster
@@ -48,10 +55,27 @@ local function add(keys, args)
   -- Ids for the whole batch at once; those of duplicates stay unused (ids
   -- only need to grow). seq also counts every request offered (counters).
   local seq = redis.call('HINCRBY', K_META, 'seq', args[ARG0 + 4]) - COUNT
-  local tail = ARG0 + 9 + 2 * tonumber(args[ARG0 + 8])
+  local FINISH = tonumber(args[ARG0 + 8]) -- nil: 'fN', refetches among them
+  local STRIDE = 2
+  if FINISH == nil then
+    FINISH, STRIDE = tonumber(string.sub(args[ARG0 + 8], 2)), 5
+  end
+  local tail = ARG0 + 9 + STRIDE * FINISH
   local FLOOR, OFFSETS, base = tonumber(args[tail] or ''), args[tail + 1], nil
   if FLOOR then
     base = math.max(tonumber(redis.call('HGET', K_META, 'idb') or '0'), FLOOR)
+  end
+  -- Due times by entry number, when the batch has any.
+  local DUES = nil
+  local held, held_payloads, held_first = nil, nil, nil
+  if args[tail + 3] and args[tail + 3] ~= '' then
+    DUES, held, held_payloads = {}, {}, {}
+    local blob, at = args[tail + 3], 1
+    while at <= #blob do
+      local index, due
+      index, due, at = struct.unpack('>Id', blob, at)
+      DUES[index] = due
+    end
   end
   local new_seen = 0
   local flags, touched = {}, {}
@@ -115,13 +139,25 @@ local function add(keys, args)
         id = string.format('%015d', n)
       end
       local score = 0 - priority
-      local state = host(name)
       n_accepted = n_accepted + 1
-      if enqueue(name, state, score, id, payload, where) then
-        touched[name] = state -- a new head: the host's filing changes
-      end
-      if best == nil or score < best then
-        best = score
+      local due = DUES and DUES[i]
+      if due and due > now() then
+        -- Scheduled: one ZADD and one HSET for all of the batch's, below.
+        held[#held + 1] = time_text(due)
+        held[#held + 1] = due_member(id, score, name, false)
+        held_payloads[#held_payloads + 1] = id
+        held_payloads[#held_payloads + 1] = payload
+        if held_first == nil or due < held_first then
+          held_first = due
+        end
+      else
+        local state = host(name)
+        if enqueue(name, state, score, id, payload, where) then
+          touched[name] = state -- a new head: the host's filing changes
+        end
+        if best == nil or score < best then
+          best = score
+        end
       end
       flags[i] = '1'
     else
@@ -130,6 +166,11 @@ local function add(keys, args)
   end
   for name, state in pairs(touched) do
     place(name, state)
+  end
+  if held_first ~= nil then
+    chunked('HSET', K_P, held_payloads, 2)
+    chunked('ZADD', K_DUE, held, 2)
+    lower_bound('due', held_first)
   end
   count_meta('seen', new_seen)
   seen_save()
@@ -149,13 +190,21 @@ local function add(keys, args)
     end
   end
   count_meta('capped', capped)
-  local acked = end_leases(ARG0 + 9, tonumber(args[ARG0 + 8]), 'ack')
+  if FLOOR then
+    NUMBER = base + tonumber(args[tail + 2])
+  end
+  local acked
+  if STRIDE == 5 then
+    acked = finish_tuples(ARG0 + 9, FINISH, true)
+  else
+    acked = end_leases(ARG0 + 9, FINISH, 'ack')
+  end
   if acked ~= nil and (best == nil or acked < best) then
     best = acked
   end
   local outcome = table.concat(flags)
   if FLOOR then
-    local mark = string.format('%d', base + tonumber(args[tail + 2]))
+    local mark = string.format('%d', NUMBER)
     redis.call('HSET', K_META, 'idb', mark)
     outcome = outcome .. ':' .. mark
   end

@@ -13,7 +13,8 @@ local function control(keys, args)
   DELAY_MS = tonumber(args[2]) / 1000
   CONCURRENCY = tonumber(args[3])
   NOW = nil
-  hosts, n_accepted, n_popped, n_released, n_expired = {}, 0, 0, 0, 0
+  hosts, n_accepted, n_popped, n_released, n_expired, n_refetched, n_revisits =
+    {}, 0, 0, 0, 0, 0, 0
   local what, name = args[1], args[4]
   local block = redis.call('HGET', K_BLOCKS, name)
   local blocked_until, pace

@@ -117,4 +117,6 @@ local function save()
   count_meta('popped', n_popped)
   count_meta('released', n_released)
   count_meta('expired', n_expired)
+  count_meta('refetched', n_refetched)
+  count_meta('revisits', n_revisits)
 end

@@ -1,5 +1,5 @@
 -- crawlq's Redis function library: lease records (`lease`) and the end of
--- a lease (ack, release, expiry, unpop). Relies on shared.lua (key names,
+-- a lease (ack, release, expiry, unpop, hold). Relies on shared.lua (key names,
 -- the call's counters, chunked), hosts.lua (host, place) and queues.lua
 -- (enqueue).
 
@@ -24,15 +24,19 @@ local function parse_lease(record)
 end
 
 -- End the lease of request `id`: 'ack' finishes it; 'release' and 'expire'
--- put it back in its place; 'unpop' puts back a prefetched request that was
--- never handed out, and also undoes the host delay its pop started (the host
--- was ready before that pop, so "ready since 0" is the same as before).
+-- put it back in its place; 'hold' is a release whose request the caller
+-- schedules (due.lua: its payload stays in `p`); 'unpop' puts back a
+-- prefetched request that was never handed out, and also undoes the host
+-- delay its pop started (the host was ready before that pop, so "ready
+-- since 0" is the same as before).
 local function end_lease(id, record, how)
   local _, score, set, name = parse_lease(record)
   local state = host(name)
   state.leased = math.max(0, state.leased - 1)
   if how == 'ack' then
     freed[#freed + 1] = id
+  elseif how == 'hold' then
+    n_released = n_released + 1
   else
     enqueue(name, state, score, id, nil, 'back')
     if how == 'release' then

@@ -1,4 +1,5 @@
--- Opening a crawl: open, upgrade_queues (format 5 to 6), cluster_record,
+-- Opening a crawl: open (and the format upgrades), upgrade_queues (format 5
+-- to 6's lists), cluster_record,
 -- save_state. Relies on shared.lua (set_keys, chunked) and queues.lua
 -- (lane_of, lane_rank).
 
@@ -28,7 +29,7 @@ local function open(keys, args)
       'bloom_bits', args[3], 'bloom_hashes', args[4], 'bloom_capacity', args[5],
       'bloom_error_rate', args[6], 'seen_ttl', args[7], 'created', time[1], 'queued', 0,
       'seen', 0)
-  elseif args[1] == '6' then
+  elseif args[1] == '7' then
     local was = redis.call('HGET', meta, 'format')
     if was == '3' then
       -- Format 3 kept the queue's size in `queued`, which format 4 leaves
@@ -41,7 +42,14 @@ local function open(keys, args)
       -- 6 moves queued requests into lists, host by host (upgrade_queues,
       -- which the opener runs to the end before any other call). The
       -- format changes first, so an older crawlq refuses the crawl from now.
-      redis.call('HSET', meta, 'format', '6', 'upgrade', '0')
+      redis.call('HSET', meta, 'format', '7', 'upgrade', '0')
+    elseif was == '6' then
+      -- Format 7 adds scheduled requests (`due`, meta refetched and
+      -- revisits), all absent (0) in a format-6 crawl: nothing to move. A
+      -- format-6 crawlq must not open it once it may hold them (it would
+      -- count them as queued and never hand them out). An upgrade to 6 left
+      -- unfinished (meta `upgrade`) goes on as it would have.
+      redis.call('HSET', meta, 'format', '7')
     end
   end
   if #args > 7 then

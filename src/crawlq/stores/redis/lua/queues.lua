@@ -47,8 +47,10 @@ end
 -- only request stays in (or goes to) `p` ("alone" in its record); others go
 -- to their lane's list: at the end (`how` 'tail', a FIFO add: its id is the
 -- lane's highest), the front ('front', a LIFO add: the lowest) or at their
--- place by id ('back', a request coming back). Returns true when it became
--- the host's head: the caller must then place the host.
+-- place by id ('back', a request coming back; 'due', a scheduled request
+-- coming due, which is often the newest of its lane: its place is looked
+-- for from the end first). Returns true when it became the host's head: the
+-- caller must then place the host.
 local function enqueue(name, state, score, id, payload, how)
   score = tonumber(score)
   if state.head_id == nil then
@@ -78,6 +80,13 @@ local function enqueue(name, state, score, id, payload, how)
     length = redis.call('RPUSH', key, entry)
   elseif how == 'front' then
     length = redis.call('LPUSH', key, entry)
+  elseif how == 'due' then
+    local last = redis.call('LINDEX', key, -1)
+    if not last or string.sub(last, 1, 15) < id then
+      length = redis.call('RPUSH', key, entry)
+    else
+      length = insert_by_id(key, id, entry)
+    end
   else
     length = insert_by_id(key, id, entry)
   end

@@ -1,11 +1,14 @@
 -- Read-only views of a frontier, and forget. Relies on shared.lua
 -- (set_keys) and seen.lua. keys[1] = "crawlq:{NAME}:".
 -- args[1] = 'counts': returns {queued, leased, seen, accepted, duplicates,
---   capped, popped, released, expired} (crawlq.Counters); args[2] is
---   'bloom' when seen is counted in meta, 'timed' when by `seen_at` (seen_ttl),
---   else by the exact dedup (its buckets' count, or the `seen` set's size).
+--   capped, popped, released, expired, refetched} (crawlq.Counters), then
+--   scheduled, revisits and microseconds until the first scheduled request
+--   is due (-1: none); args[2] is 'bloom' when seen is counted in meta,
+--   'timed' when by `seen_at` (seen_ttl), else by the exact dedup (its
+--   buckets' count, or the `seen` set's size).
 -- args[1] = 'wait': microseconds until a pop may lease something: 0 now, -1
---   when nothing is queued or leased (only an add can make a request ready).
+--   when nothing is queued, leased or scheduled (only an add can make a
+--   request ready). A scheduled request counts from its due time.
 -- args[1] = 'seen', args[2] = 'bloom', 'exact' or 'timed', args[3] Bloom
 --   bits (timed: seen_ttl in ms, 0 forever), args[4] Bloom hashes, then
 --   16-byte fingerprints: returns 1 (seen) or 0 for each, checked as add.lua
@@ -41,11 +44,12 @@ local function read(keys, args)
     return seen(P, args)
   end
   local m = redis.call('HMGET', P .. 'meta', 'queued', 'accepted', 'popped', 'released',
-    'expired', 'seq', 'seq0', 'capped')
-  for i = 1, 8 do
+    'expired', 'seq', 'seq0', 'capped', 'refetched', 'revisits')
+  for i = 1, 10 do
     m[i] = tonumber(m[i] or '0')
   end
-  local queued = m[1] + m[2] - m[3] + m[4] + m[5]
+  local scheduled = redis.call('ZCARD', P .. 'due')
+  local queued = m[1] + m[2] + m[9] - m[3] + m[4] + m[5] - scheduled
   local leased = redis.call('ZCARD', P .. 'leases')
   if args[1] == 'counts' then
     local seen
@@ -56,11 +60,20 @@ local function read(keys, args)
     else
       seen = seen_count()
     end
+    local due_in = -1
+    if scheduled > 0 then
+      local clock = redis.call('TIME')
+      local now = tonumber(clock[1]) * 1000 + tonumber(clock[2]) / 1000
+      local first = redis.call('ZRANGE', P .. 'due', 0, 0, 'WITHSCORES')
+      due_in = math.max(0, math.ceil((tonumber(first[2]) - now) * 1000))
+    end
     -- Counters: accepted, duplicates (every request offered was accepted,
-    -- capped or a duplicate), capped, popped, released, expired.
-    return { queued, leased, seen, m[2], m[6] - m[7] - m[2] - m[8], m[8], m[3], m[4], m[5] }
+    -- capped or a duplicate; seq also counts refetches), capped, popped,
+    -- released, expired, refetched.
+    return { queued, leased, seen, m[2], m[6] - m[7] - m[2] - m[8] - m[9], m[8], m[3], m[4],
+      m[5], m[9], scheduled, m[10], due_in }
   end
-  if queued <= 0 and leased == 0 then
+  if queued <= 0 and leased == 0 and scheduled == 0 then
     return -1
   end
   if redis.call('ZCARD', P .. 'ready') > 0 then
@@ -69,7 +82,7 @@ local function read(keys, args)
   local clock = redis.call('TIME')
   local now = tonumber(clock[1]) * 1000 + tonumber(clock[2]) / 1000
   local soonest = nil
-  for _, key in ipairs({ P .. 'delayed', P .. 'leases' }) do
+  for _, key in ipairs({ P .. 'delayed', P .. 'leases', P .. 'due' }) do
     local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
     if first[2] then
       local at = tonumber(first[2])

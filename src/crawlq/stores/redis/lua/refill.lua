@@ -1,10 +1,10 @@
 -- crawlq's Redis function library: the frame of a changing call (add.lua,
 -- pop.lua, ack_or_release.lua): begin reads the common arguments and hands
 -- a retry the outcome its first run recorded (replayed); take leases the
--- next requests in order, after reap (expired leases) and wake (hosts whose
--- delay ended); conclude gives prefetched requests back when needed,
+-- next requests in order, after reap (expired leases), wake (hosts whose
+-- delay ended) and promote (scheduled requests now due, due.lua); conclude gives prefetched requests back when needed,
 -- refills, saves and records the outcome for a retry. Relies on shared.lua,
--- hosts.lua, queues.lua and leases.lua.
+-- hosts.lua, queues.lua, leases.lua and due.lua.
 --
 -- Arguments common to every changing function (its own ones follow):
 --   1 owner  2 call number (prefixed 'r' when the call is a retry)
@@ -15,7 +15,9 @@
 --   8 '1': give the prefetched requests back whatever happens
 --   9 n prefetched requests, then n (id, token) pairs
 -- A changing function returns {flags, returned, id, token, host, payload, ...}:
--- flags is add's outcome per request ('1' added, '0' duplicate); returned is
+-- flags is add's outcome per request ('1' added, '0' duplicate), then on a
+-- cluster shard ':' and the shard's new number mark (an add's, or a
+-- refetching ack's: see "Ids across shards" in add.lua); returned is
 -- 1 when the prefetched requests were given back (the leased ones that follow
 -- replace them), 0 when they stay (the leased ones that follow, if any, come
 -- after them).
@@ -68,25 +70,10 @@ local function begin(keys, args)
   NBUF = tonumber(args[9])
   ARG0 = 9 + 2 * NBUF
   NOW = nil
-  hosts, n_accepted, n_popped, n_released, n_expired = {}, 0, 0, 0, 0
-  ended, freed = {}, {}
+  hosts, n_accepted, n_popped, n_released, n_expired, n_refetched, n_revisits =
+    {}, 0, 0, 0, 0, 0, 0
+  ended, freed, NUMBER = {}, {}, nil
   return replayed()
-end
-
--- The earliest score of a sorted set, or math.huge if it is empty.
-local function earliest(key)
-  local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-  return first[2] and tonumber(first[2]) or math.huge
-end
-
--- Up to 256 members of sorted set `key` whose score (a time in ms) has
--- come, or nil when the crawl's `kind` bound (see BOUND) says none can have.
-local function due_now(kind, key)
-  local bound = BOUND[kind][P]
-  if bound ~= nil and bound > now() then
-    return nil
-  end
-  return redis.call('ZRANGEBYSCORE', key, '-inf', now(), 'LIMIT', 0, 256)
 end
 
 -- Expired leases come back by themselves: every pop first puts them back.
@@ -144,6 +131,7 @@ local function take(n, out, taken, records)
   end
   reap()
   wake()
+  promote()
   local deadline = math.floor(now()) + LEASE_MS
   local deadline_text = int_text(deadline)
   local token_prefix = OWNER .. ':' .. CALL .. '.'

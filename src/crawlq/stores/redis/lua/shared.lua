@@ -5,8 +5,9 @@
 -- Python side (Library.PARTS) joins the parts into one library (FUNCTION
 -- LOAD): this file, then seen.lua (dedup), hosts.lua (host records and
 -- pacing), queues.lua (per-host lists), leases.lua (lease records and their
--- end) and refill.lua (the frame of a changing call: begin, take, conclude,
--- replay), then the entry points (add.lua, pop.lua, ack_or_release.lua,
+-- end), due.lua (scheduled requests: held until their due time) and
+-- refill.lua (the frame of a changing call: begin, take, conclude, replay),
+-- then the entry points (add.lua, pop.lua, ack_or_release.lua,
 -- control.lua, read.lua, inspect.lua, open.lua), so each local function is
 -- defined before the text that calls it. The library is named after a hash
 -- of its source so different crawlq versions can share a server; its top
@@ -15,11 +16,14 @@
 -- Keys, all under keys[1] = "crawlq:{NAME}:" (the hash tag puts one crawl in
 -- one cluster slot; per-host keys are derived here from that prefix):
 --   meta     hash    format, lifo, dedup settings, counters: seq (ids handed
---                    to adds: every request offered), seen (Bloom), capped,
---                    accepted, popped (unpops take off), released, expired,
---                    and queued (the count before format 4, else 0: the
---                    queue's size is queued + accepted - popped + released +
---                    expired), seq0 (seq before format 4)
+--                    to adds: every request offered, and one per refetch),
+--                    seen (Bloom), capped, accepted, popped (unpops take
+--                    off), released, expired, refetched (acks that scheduled
+--                    their request again), revisits (the refetches in `due`
+--                    now), and queued (the count before format 4, else 0:
+--                    the queue's size is queued + accepted + refetched -
+--                    popped + released + expired - ZCARD due), seq0 (seq
+--                    before format 4), idb (a cluster shard's next number)
 --   seen     set     16-byte fingerprints (exact dedup of a crawl created
 --                    before format 5; newer ones use s:B)
 --   s:B      hash    exact dedup since format 5: fingerprints in buckets
@@ -75,6 +79,14 @@
 --                    while blocked, the host's ready time is its block's end
 --   policy   hash    HOST -> "<delay ms> <concurrency>" (either may be
 --                    empty): the host's own pacing, over the caller's
+--   due      zset    (format 7) scheduled requests, held until their due
+--                    time: score = due time (ms of Redis TIME, with a
+--                    fraction), member = 15-digit id .. kind ('w' waiting:
+--                    an add's not_before or a delayed release; 'r' a
+--                    revisit: a refetch) .. score S .. ' ' .. HOST. Their
+--                    payloads are in `p` under their ids; they are in no
+--                    host's queue and count in no host's leases until due
+--                    (see due.lua)
 --   lease    hash    id -> "<token> <score> <ready_at set by the pop, in
 --                    microseconds> " .. HOST;
 --                    token = owner:call.n. Also
@@ -88,6 +100,7 @@ local FLAG_R, FLAG_D, FLAG_I = 82, 68, 73
 -- time, so these library-level variables are never shared between calls.
 local ARGS, P, K_META, K_SEEN, K_BLOOM, K_HOSTS, K_READY, K_DELAYED
 local K_LEASES, K_LEASE, K_Q, K_P, K_ACCEPTED, K_SEEN_AT, K_BLOCKS, K_POLICY, K_SEEN_B, K_L, K_I
+local K_DUE
 -- The crawl's per-host policies (see host_policies), or false if none.
 local HOST_POLICY
 local OWNER, RETRY, CALL, LEASE_MS, DELAY_MS, CONCURRENCY, REFILL, WORST, FORCE, NBUF, ARG0
@@ -97,15 +110,17 @@ local OWNER, RETRY, CALL, LEASE_MS, DELAY_MS, CONCURRENCY, REFILL, WORST, FORCE,
 -- rounding. Lease deadlines are whole ms (rounded down).
 local NOW
 
--- Per crawl (by key prefix), a lower bound of the earliest lease deadline and
--- of the earliest end of a host delay, in ms of server time: a pop skips the
--- range reads of reap() and wake() while nothing can be due. They live in
+-- Per crawl (by key prefix), a lower bound of the earliest lease deadline,
+-- of the earliest end of a host delay and of the earliest due time of a
+-- scheduled request, in ms of server time: a pop skips the range reads of
+-- reap(), wake() and promote() while nothing can be due (so a crawl with
+-- nothing scheduled pays a table lookup per pop, and a ZRANGE a second). They live in
 -- this server's Lua state, shared by every worker's calls; nil means
 -- unknown (a new server, a reloaded library), so look. Only these functions
 -- add leases or delayed hosts, and a removal keeps a lower bound low enough;
 -- keys written behind their back (a restored dump, another crawlq version's
 -- library) are seen within BOUND_MS, the furthest a bound is ever set ahead.
-local BOUND = { expiry = {}, wake = {} }
+local BOUND = { expiry = {}, wake = {}, due = {} }
 local BOUND_MS = 1000
 local BOUND_KEYS = 0 -- entries made; past 10,000 (the scratch crawls of
 -- self-checks add up), all are forgotten
@@ -115,7 +130,7 @@ local function set_bound(kind, value)
   if bounds[P] == nil and value ~= nil then
     BOUND_KEYS = BOUND_KEYS + 1
     if BOUND_KEYS > 10000 then
-      BOUND, BOUND_KEYS = { expiry = {}, wake = {} }, 1
+      BOUND, BOUND_KEYS = { expiry = {}, wake = {}, due = {} }, 1
       bounds = BOUND[kind]
     end
   end
@@ -131,9 +146,12 @@ local function lower_bound(kind, at)
   end
 end
 -- Counters (crawlq.Counters) this call moves, written by save(): they are
--- the only record of the queue's size (queued = queued + accepted - popped +
--- released + expired, from the meta hash), so counting costs no command.
-local hosts, n_accepted, n_popped, n_released, n_expired
+-- the only record of the queue's size (see meta above), so counting costs
+-- no command. n_revisits moves meta `revisits` (refetches held in `due`).
+local hosts, n_accepted, n_popped, n_released, n_expired, n_refetched, n_revisits
+-- A cluster shard's last request number handed out in this call (meta idb),
+-- when the call numbers requests after a floor (see add.lua); else nil.
+local NUMBER
 -- Ids whose lease ended in this call (their leases and lease records go in
 -- one ZREM and one HDEL), and their payloads' ids in `p` (one HDEL).
 local ended, freed
@@ -156,7 +174,8 @@ local function set_keys(prefix)
   if names == nil then
     names = { P .. 'meta', P .. 'seen', P .. 'bloom', P .. 'hosts', P .. 'ready',
       P .. 'delayed', P .. 'leases', P .. 'lease', P .. 'q:', P .. 'p', P .. 'accepted',
-      P .. 'seen_at', P .. 'blocks', P .. 'policy', P .. 's:', P .. 'l:', P .. 'i:' }
+      P .. 'seen_at', P .. 'blocks', P .. 'policy', P .. 's:', P .. 'l:', P .. 'i:',
+      P .. 'due' }
     KEY_NAMES_MADE = KEY_NAMES_MADE + 1
     if KEY_NAMES_MADE > 10000 then -- self-checks' scratch crawls add up
       KEY_NAMES, KEY_NAMES_MADE, POLICIES = {}, 1, {}
@@ -164,7 +183,7 @@ local function set_keys(prefix)
     KEY_NAMES[P] = names
   end
   K_META, K_SEEN, K_BLOOM, K_HOSTS, K_READY, K_DELAYED, K_LEASES, K_LEASE, K_Q, K_P,
-    K_ACCEPTED, K_SEEN_AT, K_BLOCKS, K_POLICY, K_SEEN_B, K_L, K_I = unpack(names)
+    K_ACCEPTED, K_SEEN_AT, K_BLOCKS, K_POLICY, K_SEEN_B, K_L, K_I, K_DUE = unpack(names)
   SEEN = nil
   local policies = POLICIES[P]
   if policies == nil then
@@ -240,4 +259,20 @@ end
 -- A time in ms with a fraction, as a score: exact (%.17g round-trips a double).
 local function time_text(ms)
   return string.format('%.17g', ms)
+end
+
+-- The earliest score of a sorted set, or math.huge if it is empty.
+local function earliest(key)
+  local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  return first[2] and tonumber(first[2]) or math.huge
+end
+
+-- Up to 256 members of sorted set `key` whose score (a time in ms) has
+-- come, or nil when the crawl's `kind` bound (see BOUND) says none can have.
+local function due_now(kind, key)
+  local bound = BOUND[kind][P]
+  if bound ~= nil and bound > now() then
+    return nil
+  end
+  return redis.call('ZRANGEBYSCORE', key, '-inf', now(), 'LIMIT', 0, 256)
 end
