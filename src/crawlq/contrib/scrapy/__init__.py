@@ -31,6 +31,15 @@ nothing to do stays open, looking for requests fed from outside (`crawlq add`); 
 answered 429 or 503 without a `Retry-After` |
 | `CRAWLQ_RETRY_AFTER_MAX` | `3600` | the longest block (and robots.txt `Crawl-delay`) \
 `RetryAfterMiddleware` sets, in seconds |
+| `CRAWLQ_RETRY_BACKOFF_BASE` | `1` | seconds `BackoffRetryMiddleware` delays a request's first \
+retry; each later retry waits twice as long as the one before |
+| `CRAWLQ_RETRY_BACKOFF_MAX` | `300` | the longest retry delay of `BackoffRetryMiddleware`, \
+in seconds |
+| `CRAWLQ_REFETCH_AFTER` | unset: never | seconds after which a finished page is fetched again \
+(`meta["crawlq_refetch_after"]` overrides it per request) |
+| `CRAWLQ_WAIT_FOR_REVISITS` | `False` | keep the spider open while pages wait to be fetched \
+again (a continuous crawl); requests delayed by `crawlq_not_before`, `crawlq_delay` or a \
+backoff keep it open anyway |
 | `CRAWLQ_METRICS_PORT` | unset | the port `MetricsExtension` serves Prometheus metrics on |
 | `CRAWLQ_METRICS_ADDR` | `127.0.0.1` | the address `MetricsExtension` listens on |
 | `CRAWLQ_METRICS_HOSTS` | `10` | busiest hosts with metric series of their own |
@@ -55,6 +64,18 @@ or the callback the crawlq request names), or what the spider's
 None`` returns (None: skip it), as scrapy-redis's ``make_request_from_data``
 does. A stored request that cannot be rebuilt is logged, counted in
 ``crawlq/unrebuildable`` and left in the store, never acked (see `Scheduler`).
+
+Due times: ``meta["crawlq_not_before"]`` (POSIX seconds or an aware
+datetime) and ``meta["crawlq_delay"]`` (seconds from enqueueing) store a
+request at once and hand it out only from then on (a bad value raises
+`crawlq.InvalidRequest` from ``enqueue_request``, counted in
+``crawlq/invalid``); `BackoffRetryMiddleware` (in place of Scrapy's
+``RetryMiddleware``) retries that way, with exponential backoff;
+``CRAWLQ_REFETCH_AFTER`` (or ``meta["crawlq_refetch_after"]``) fetches a
+page again that long after it was finished. The spider stays open while
+requests wait for their due time, but not for pages waiting to be
+refetched (revisits) unless ``CRAWLQ_WAIT_FOR_REVISITS`` is set; see
+``due`` and `Scheduler.has_pending_requests`.
 
 `RetryAfterMiddleware` (in ``DOWNLOADER_MIDDLEWARES``) blocks a download
 slot in the frontier when it answers 429 or 503 (for its ``Retry-After``),
@@ -85,6 +106,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         f"crawlq.contrib.scrapy needs Scrapy ({exc}): pip install 'crawlq[scrapy]'"
     ) from exc
 
+from .backoff import BackoffRetryMiddleware, backoff_delay
 from .codec import Unserializable
 from .dupefilter import DupeFilter
 from .frontiers import crawlq_priority
@@ -96,6 +118,7 @@ from .scheduler import Scheduler
 from .state import SpiderState
 
 __all__ = [
+    "BackoffRetryMiddleware",
     "DupeFilter",
     "FifoDiskQueue",
     "LifoDiskQueue",
@@ -108,6 +131,7 @@ __all__ = [
     "SpiderState",
     "TransientError",
     "Unserializable",
+    "backoff_delay",
     "crawlq_priority",
     "retry_after_seconds",
 ]

@@ -24,15 +24,19 @@ from .source import crawlq_priority
 if TYPE_CHECKING:
     import scrapy
 
-__all__ = ["PAYLOAD", "RUN", "SLOT", "TOKEN", "FrontierAdds", "Pending"]
+__all__ = ["PAYLOAD", "RUN", "SLOT", "TOKEN", "FrontierAdds", "Pending", "Unacked"]
 
 #: What `FrontierAdds.add` stores of a request: its crawlq priority, download
-#: slot, dont_filter, fingerprint, and whether it is a start request.
-Entry = tuple[int, str, bool, bytes, bool]
+#: slot, dont_filter, fingerprint, whether it is a start request, and its due
+#: time (POSIX seconds; None: due now).
+Entry = tuple[int, str, bool, bytes, bool, float | None]
 #: A request held for the next flush: (crawlq request, fingerprint, a start
 #: request added in its start queue's order apart from CRAWLQ_LIFO, the
 #: Scrapy request).
 Pending = tuple[Request, bytes, bool, Any]
+#: A finished request whose ack is not written yet, and its refetch (seconds;
+#: None: done for good).
+Unacked = tuple[Request, float | None]
 
 #: Meta keys of a stored Scrapy request: its download slot, its payload, and
 #: (for one kept as an object) its token and the run that holds the object.
@@ -58,7 +62,7 @@ class FrontierAdds:
         _codec: RequestCodec
         _count: Callable[[str], None]
         _on_failed: Callable[[StoreError], None]
-        _unacked: list[Request]
+        _unacked: list[Unacked]
         _batching: bool
         _pending: list[Pending]
         _pending_keys: set[bytes]
@@ -77,13 +81,17 @@ class FrontierAdds:
         dont_filter: bool,
         start: bool,
         slot: str,
+        not_before: float | None = None,
     ) -> tuple[bool, bool, Unserializable | None]:
         """Add ``request``; return (added, stored as a payload, why it could not be).
 
-        Raises `StoreError` when the store fails; nothing was added then.
+        ``not_before`` (POSIX seconds) keeps it from being handed out before
+        then. Raises `StoreError` when the store fails; nothing was added
+        then. Raises `InvalidRequest` for a URL longer than the frontier's
+        ``max_url_length``, before anything is held or stored.
         """
         priority = crawlq_priority(request.priority, start)
-        entry: Entry = (priority, slot, dont_filter, fingerprint, start)
+        entry: Entry = (priority, slot, dont_filter, fingerprint, start, not_before)
         if self.failed:
             return self._add_object(self.local_source(), request, entry), False, None
         main = self.main
@@ -97,13 +105,31 @@ class FrontierAdds:
         return added, added, None
 
     def _crawlq_request(
-        self, url: str, priority: int, meta: dict[str, Any], dont_filter: bool
+        self, url: str, entry: Entry, meta: dict[str, Any], source: _Source
     ) -> Request:
+        priority, _, dont_filter, _, _, not_before = entry
         try:
-            return Request(url, priority=priority, meta=meta, dont_filter=dont_filter)
+            creq = Request(
+                url, priority=priority, meta=meta, dont_filter=dont_filter, not_before=not_before
+            )
         except InvalidRequest:
             # Not an http(s) URL crawlq takes; the payload keeps the real one.
-            return Request(_PLACEHOLDER_URL, priority=priority, meta=meta, dont_filter=dont_filter)
+            return Request(
+                _PLACEHOLDER_URL,
+                priority=priority,
+                meta=meta,
+                dont_filter=dont_filter,
+                not_before=not_before,
+            )
+        limit = source.frontier._max_url_length
+        if len(url) > limit:
+            # Refused now, as the frontier would refuse it: a request held
+            # for the next flush must not fail there (with its batch).
+            raise InvalidRequest(
+                f"url {url[:200]!r}... is {len(url)} characters long, over the frontier's "
+                f"max_url_length of {limit}; drop it, or raise max_url_length in CRAWLQ_OPTIONS"
+            )
+        return creq
 
     def _add(
         self, source: _Source, creq: Request, fingerprint: bytes, start: bool, request: Any
@@ -116,7 +142,10 @@ class FrontierAdds:
         parent = None
         if self._unacked and source is self.main:
             # A finished request's ack commits with this add, after it.
-            parent = options["ack"] = self._unacked.pop()
+            parent = self._unacked.pop()
+            options["ack"] = parent[0]
+            if parent[1] is not None:
+                options["refetch_after"] = parent[1]
         try:
             added = source.frontier.add_many((creq,), fingerprints=(fingerprint,), **options)
         except BaseException:
@@ -127,6 +156,8 @@ class FrontierAdds:
             source.in_flight -= 1
             self.handed_out -= 1
             self._count("crawlq/acked")
+            if parent[1] is not None:
+                self._count("crawlq/refetch_scheduled")
         return bool(added[0])  # add_many is overloaded on invalid=; options are Any
 
     def _hold(self, creq: Request, fingerprint: bytes, start: bool, request: Any) -> bool:
@@ -151,21 +182,21 @@ class FrontierAdds:
         return True
 
     def _add_payload(self, source: _Source, request: scrapy.Request, entry: Entry) -> bool:
-        priority, slot, dont_filter, fingerprint, start = entry
+        _, slot, _, fingerprint, start, _ = entry
         meta: dict[str, Any] = {SLOT: slot}
         url = request.url
-        creq = self._crawlq_request(url, priority, meta, dont_filter)
+        creq = self._crawlq_request(url, entry, meta, source)
         meta[PAYLOAD] = self._codec.encode(request, with_url=creq.url != url)
         # With its fingerprint and slot given, the frontier does not parse
         # the URL: a URL crawlq's Request takes is stored as it is.
         return self._add(source, creq, fingerprint, start, request)
 
     def _add_object(self, source: _Source, request: scrapy.Request, entry: Entry) -> bool:
-        priority, slot, dont_filter, fingerprint, start = entry
+        _, slot, _, fingerprint, start, _ = entry
+        meta: dict[str, Any] = {SLOT: slot, TOKEN: self._tokens + 1, RUN: self._run}
+        creq = self._crawlq_request(request.url, entry, meta, source)
         self._tokens += 1
         token = self._tokens
-        meta: dict[str, Any] = {SLOT: slot, TOKEN: token, RUN: self._run}
-        creq = self._crawlq_request(request.url, priority, meta, dont_filter)
         added = self._add(source, creq, fingerprint, start, request)
         if added:
             source.objects[token] = request

@@ -36,7 +36,9 @@ Acknowledgements
     engine removes it from its slot (see ``engine``): after the
     download, after the downloader middlewares' outcome (a redirect or retry
     request already scheduled), and after the callback or errback, with every
-    request it yielded already enqueued.
+    request it yielded already enqueued. With a refetch
+    (``CRAWLQ_REFETCH_AFTER``, ``meta["crawlq_refetch_after"]``) that ack
+    schedules the same request again (see ``due``).
 
 Writes
     With a durable store of this process alone (a SQLite job), an enqueued
@@ -72,8 +74,9 @@ from ..._fingerprint import Fingerprinter
 from ..._frontier import Frontier
 from ..._open import open_frontier
 from ..._request import Request
-from .adding import PAYLOAD, RUN, SLOT, TOKEN, FrontierAdds, Pending
+from .adding import PAYLOAD, RUN, SLOT, TOKEN, FrontierAdds, Pending, Unacked
 from .codec import RequestCodec
+from .due import refetch_after
 from .fed import fed_request
 from .settings import SchedulerConfig
 from .source import Source as _Source
@@ -93,7 +96,8 @@ class Frontiers(FrontierAdds):
     out: ``kind`` "unrebuildable" (``reason`` the exception; the request is
     parked, see `_park`), "lost" (kept in memory by an earlier run: acked)
     or "declined" (the spider's ``make_request_from_crawlq`` returned None:
-    acked). Every method may
+    acked); and with each finished request whose refetch value is bad:
+    "invalid" (acked for good, see `finished`). Every method may
     raise the store's `StoreError`; after one, the caller sets `failed`.
     ``on_failed(error)`` reports a store failure met while writing held
     requests on the side (in `add`, which still succeeds: the requests
@@ -125,8 +129,9 @@ class Frontiers(FrontierAdds):
         self.parked: list[tuple[_Source, Request]] = []
         #: Requests handed out and not acknowledged (finished or not).
         self.handed_out = 0
-        # Finished requests of the durable store whose ack is not written yet.
-        self._unacked: list[Request] = []
+        # Finished requests of the durable store whose ack is not written
+        # yet, each with its refetch (seconds; None: done for good).
+        self._unacked: list[Unacked] = []
         # A durable store of this process alone (SQLite) knows every
         # duplicate without a write: new requests wait here, checked, and are
         # written by `flush` in one commit with the pending acks, after them
@@ -148,12 +153,21 @@ class Frontiers(FrontierAdds):
         )
 
     def __len__(self) -> int:
-        """Requests queued and not handed to the engine."""
+        """Requests held and not handed to the engine: queued, or scheduled for later."""
+        return self.pending(revisits=True)
+
+    def pending(self, *, revisits: bool) -> int:
+        """Requests not handed to the engine: queued, or scheduled (revisits if ``revisits``).
+
+        A request scheduled by its ``not_before`` or a delay (a retry's
+        backoff) is counted; a revisit (a page acked with a refetch, waiting
+        for it) only with ``revisits``: the join rule of `Scheduler`.
+        """
         # The store counts parked requests as leased, hence pending: not here.
-        queued = self.main.pending() + len(self._pending) - len(self.parked)
+        queued = self.main.pending(revisits) + len(self._pending) - len(self.parked)
         if self.local is None:
             return max(0, queued)
-        return max(0, queued + self.local.pending())
+        return max(0, queued + self.local.pending(revisits))
 
     def seen(self, fingerprint: bytes) -> bool:
         """Whether a request with ``fingerprint`` was added (held, stored or in memory)."""
@@ -288,7 +302,14 @@ class Frontiers(FrontierAdds):
     # -- finishing --------------------------------------------------------------------
 
     def finished(self, request: Any) -> None:
-        """Ack a request the engine is done with; unknown requests are ignored."""
+        """Ack a request the engine is done with; unknown requests are ignored.
+
+        With a refetch (``CRAWLQ_REFETCH_AFTER``, ``meta["crawlq_refetch_after"]``;
+        see ``due.refetch_after``) the ack schedules it again: it stays
+        seen and comes back after that long. A bad refetch value (set by a
+        callback) is reported to ``on_dropped`` as "invalid" and the request
+        is acked for good.
+        """
         entries = self._in_flight.get(id(request))
         if entries is None:
             return
@@ -298,9 +319,12 @@ class Frontiers(FrontierAdds):
         _, source, creq = entries.pop(index)
         if not entries:
             del self._in_flight[id(request)]
+        again, error = refetch_after(request, self.config.refetch_after)
+        if error is not None:
+            self._on_dropped(request.url, "invalid", ValueError(error))
         token = creq.meta.get(TOKEN)
-        if token is not None:
-            source.objects.pop(token, None)
+        if token is not None and again is None:
+            source.objects.pop(token, None)  # a refetch hands the same object out again
         if self.failed and source is self.main:
             # No ack after a store failure: it stays leased (in flight) in
             # the store and comes back on resume.
@@ -311,17 +335,22 @@ class Frontiers(FrontierAdds):
             # (Redis), or before the next request is handed out: one write
             # saved per page, usually. Until then it still counts as in
             # flight, so a kill re-fetches at most CRAWLQ_MAX_IN_FLIGHT.
-            self._unacked.append(creq)
+            self._unacked.append((creq, again))
             return
         source.in_flight -= 1
         self.handed_out -= 1
-        source.frontier.ack(creq)
+        if again is None:
+            source.frontier.ack(creq)
+        else:
+            source.frontier.ack(creq, refetch_after=again)
+            self._count("crawlq/refetch_scheduled")
         self._count("crawlq/acked")
 
     def flush(self) -> None:
         """Write the requests held and the acks pending, in one durable step.
 
-        Requests go first, acks after, in the same transaction. Raises the
+        Requests go first, acks after, in the same transaction (acks whose
+        refetch differs from the rest's follow at once, in their own). Raises the
         store's `StoreError`; then the requests held go to the in-memory
         frontier (so the crawl loses none of them while it closes) and the
         acks are dropped (those requests come back on resume).
@@ -343,26 +372,41 @@ class Frontiers(FrontierAdds):
                 runs[-1].append(held)
             else:
                 runs.append([held])
+        # Acks by refetch (seconds; None: none): one group goes with the last
+        # run of adds (one commit, the usual case), the others right after.
+        groups: dict[float | None, list[Request]] = {}
+        for creq, again in unacked:
+            groups.setdefault(again, []).append(creq)
         add_many = main.frontier.add_many
         try:
             for run in runs:
+                options: dict[str, Any] = {}
+                if run is runs[-1] and groups:
+                    again, options["ack"] = groups.popitem()
+                    if again is not None:
+                        options["refetch_after"] = again
                 # Every one is new: checked against the store (which only
                 # this process writes) and against the others held.
                 add_many(
                     [held[0] for held in run],
                     fingerprints=[held[1] for held in run],
-                    ack=unacked if run is runs[-1] else None,
                     lifo=self.config.start_lifo if run[0][2] else None,
+                    **options,
                 )
                 pending = pending[len(run) :]
-            if not runs:
-                main.frontier.ack_many(unacked)
+            for again, acked in groups.items():
+                if again is None:
+                    main.frontier.ack_many(acked)
+                else:
+                    main.frontier.ack_many(acked, refetch_after=again)
         except BaseException:
             self._rescue(pending)
             raise
         main.in_flight -= len(unacked)
-        for _ in unacked:
+        for _, again in unacked:
             self._count("crawlq/acked")
+            if again is not None:
+                self._count("crawlq/refetch_scheduled")
 
     def _rescue(self, pending: list[Pending]) -> None:
         """Move requests held for a store that failed to the in-memory frontier."""
@@ -374,7 +418,7 @@ class Frontiers(FrontierAdds):
                 objects.pop(token, None)
             start = creq.priority % 2 == 0  # see crawlq_priority
             slot = creq.meta[SLOT]
-            entry = (creq.priority, slot, creq.dont_filter, fingerprint, start)
+            entry = (creq.priority, slot, creq.dont_filter, fingerprint, start, creq.not_before)
             self._add_object(local, request, entry)
 
     def settle(self) -> None:

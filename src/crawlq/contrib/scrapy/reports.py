@@ -73,7 +73,19 @@ class OffPathReports:
             self._log_unserializable = False
 
     def _dropped(self, url: str, kind: str, reason: Exception | None) -> None:
-        """Log a stored request not handed out (see `Frontiers.pop`)."""
+        """Log a stored request not handed out (see `Frontiers.pop`), or not refetched.
+
+        ``kind`` "invalid": a finished request whose refetch value is bad
+        (see `Frontiers.finished`); it was acked for good.
+        """
+        if kind == "invalid":
+            self._count("crawlq/invalid")
+            logger.error(
+                "crawlq: %(reason)s; %(url)s is done and not fetched again",
+                {"url": url, "reason": reason},
+                extra={"spider": self.spider},
+            )
+            return
         if kind == "declined":
             self._count("crawlq/declined")
             logger.debug(

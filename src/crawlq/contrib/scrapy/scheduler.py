@@ -19,6 +19,7 @@ Failures
 from __future__ import annotations
 
 import time
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Self
 
@@ -29,16 +30,16 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.job import job_dir
 from scrapy.utils.misc import build_from_crawler, load_object
 
-from ..._errors import ConfigError, IncompatibleStore, StoreError
-from ..._fingerprint import Fingerprinter
+from ..._errors import ConfigError, InvalidRequest, StoreError
 from ..._frontier import Frontier
-from ..._open import open_frontier
 from .bookkeeping import Counts, RecentlySeen
 from .codec import RequestCodec
+from .due import DELAY, NOT_BEFORE, REFETCH_AFTER, due_of, settle_delay
 from .dupefilter import DupeFilter
 from .engine import EngineHook, hookable, running_engine
 from .frontiers import Frontiers
 from .idle import IdleClose
+from .opening import open_store, warn_about_settings
 from .reports import OffPathReports, logger
 from .settings import SchedulerConfig
 
@@ -100,7 +101,18 @@ class Scheduler(OffPathReports, BaseScheduler):
     their callback no longer exists: logged as errors and parked, leased and
     not fetched, until this worker closes or their lease times out; never
     acked), ``crawlq/declined`` (fed requests the spider's
-    ``make_request_from_crawlq`` returned None for; acked).
+    ``make_request_from_crawlq`` returned None for; acked),
+    ``crawlq/invalid`` (requests refused for a bad ``crawlq_*`` meta value
+    or URL, see `enqueue_request`; and pages not refetched for a bad
+    ``crawlq_refetch_after`` a callback set, logged as errors),
+    ``crawlq/refetch_scheduled`` (pages acked with a refetch).
+
+    Due times: ``meta["crawlq_not_before"]``, ``meta["crawlq_delay"]`` (and
+    `BackoffRetryMiddleware`'s retries) keep a request in the frontier until
+    it is due; ``CRAWLQ_REFETCH_AFTER`` and ``meta["crawlq_refetch_after"]``
+    fetch a finished page again later (see ``due``). The spider stays open
+    for the first, not for the second unless ``CRAWLQ_WAIT_FOR_REVISITS``
+    is set (`has_pending_requests`).
 
     Fed requests: a stored request without Scrapy's fields (fed by ``crawlq
     add``, ``crawlq import`` or ``Frontier.add_many`` from another process)
@@ -211,13 +223,13 @@ class Scheduler(OffPathReports, BaseScheduler):
         self._slot_key = downloader.get_slot_key if downloader is not None else _slot_key
         self._in_engine = engine is not None
         config = self.config
-        self._warn_about_settings()
+        warn_about_settings(crawler.settings, config)
         host_delay = config.host_delay
         if crawler.settings.get("CRAWLQ_HOST_DELAY") is None:
             # Scrapy 2.13 reads a spider's download_delay attribute in its
             # downloader; later releases turn it into DOWNLOAD_DELAY.
             host_delay = float(getattr(spider, "download_delay", host_delay))
-        store = self._open(config.url, host_delay)
+        store = open_store(config, host_delay)
         try:
             # A stand-in engine without a slot (as in Scrapy's own tests)
             # reports no finished requests: they stay leased until close.
@@ -243,59 +255,6 @@ class Scheduler(OffPathReports, BaseScheduler):
             self.stats.set_value("crawlq/resumed", resumed)
         return self.df.open()
 
-    def _open(self, url: str, host_delay: float) -> Frontier:
-        config = self.config
-        options = {
-            "host_delay": host_delay,
-            "host_concurrency": config.host_concurrency,
-            "lifo": config.lifo,
-            "lease_timeout": config.lease_timeout,
-            "fingerprinter": Fingerprinter(mode="scrapy"),
-            # The scheduler writes a page's acks with its links itself, and its
-            # bound (at most CONCURRENT_REQUESTS refetched after a kill) needs
-            # an ack on its own to be durable when it returns.
-            "ack_delay": 0.0,
-            **config.options,
-        }
-        try:
-            return open_frontier(url, **options)
-        except IncompatibleStore as exc:
-            hint = ""
-            if exc.setting == "lifo":
-                hint = (
-                    f" (this crawl asks for CRAWLQ_LIFO={config.lifo}, from CRAWLQ_LIFO or "
-                    "SCHEDULER_DISK_QUEUE: set CRAWLQ_LIFO to the job's value)"
-                )
-            raise IncompatibleStore(
-                f"CRAWLQ_URL={url!r}: {exc}{hint}", setting=exc.setting
-            ) from None
-        except ConfigError as exc:
-            raise ConfigError(f"CRAWLQ_URL={url!r} (or CRAWLQ_OPTIONS): {exc}") from None
-        except StoreError as exc:
-            raise type(exc)(f"CRAWLQ_URL={url!r}: {exc}") from None
-
-    def _warn_about_settings(self) -> None:
-        assert self.crawler is not None
-        settings = self.crawler.settings
-        jobdir = self.config.jobdir
-        if (
-            jobdir
-            and not settings.get("CRAWLQ_URL")
-            and Path(jobdir, "requests.queue").exists()
-            and any(Path(jobdir, "requests.queue").iterdir())
-        ):
-            logger.warning(
-                "JOBDIR %s holds requests queued by Scrapy's own scheduler "
-                "(requests.queue); crawlq keeps its job in crawlq.db and does not read them",
-                jobdir,
-            )
-        if settings.getdict("DOWNLOAD_SLOTS"):
-            logger.info(
-                "crawlq paces every download slot with CRAWLQ_HOST_DELAY/"
-                "CRAWLQ_HOST_CONCURRENCY; the per-slot values of DOWNLOAD_SLOTS are "
-                "still applied by Scrapy's downloader"
-            )
-
     def close(self, reason: str) -> Any:
         """Put back what the engine did not finish, close the store, then the dupefilter.
 
@@ -314,7 +273,10 @@ class Scheduler(OffPathReports, BaseScheduler):
             return self.df.close(reason)
         frontiers.settle()  # requests held for a write are stored (or in memory) now
         main = frontiers.main
-        left = main.pending() if not main.frontier.closed else 0
+        left = revisits = 0
+        if not main.frontier.closed:
+            left = main.pending()
+            revisits = left - main.pending(revisits=False)
         parked = len(frontiers.parked)
         memory_only = frontiers.local.pending() if frontiers.local is not None else 0
         released = frontiers.close()
@@ -329,8 +291,9 @@ class Scheduler(OffPathReports, BaseScheduler):
             )
         if left and self.config.durable:
             logger.info(
-                "crawlq: %(left)d requests left in %(store)s (reason: %(reason)s)",
-                {"left": left, "store": main.frontier.url, "reason": reason},
+                "crawlq: %(left)d requests left in %(store)s (%(revisits)d of them pages to "
+                "fetch again later; reason: %(reason)s)",
+                {"left": left, "revisits": revisits, "store": main.frontier.url, "reason": reason},
             )
         if memory_only and self.config.durable:
             logger.warning(
@@ -341,19 +304,44 @@ class Scheduler(OffPathReports, BaseScheduler):
     # -- the BaseScheduler interface ------------------------------------------------
 
     def has_pending_requests(self) -> bool:
-        """True while requests are queued (in-flight ones excepted)."""
-        return len(self) > 0
+        """True while the crawl has requests to hand out, now or later (in-flight ones excepted).
+
+        The join rule of `crawlq.Scheduler.join`: a request scheduled by its
+        ``crawlq_not_before``, ``crawlq_delay`` or a retry's backoff keeps the
+        spider open (it waits for it, woken when it is due); a revisit (a
+        page acked with a refetch) does not, unless
+        ``CRAWLQ_WAIT_FOR_REVISITS`` is set (a continuous crawl).
+        """
+        frontiers = self._frontiers
+        if frontiers is None:
+            return False
+        return frontiers.pending(revisits=self.config.wait_for_revisits) > 0
 
     def __len__(self) -> int:
-        """Requests queued and not handed to the engine."""
+        """Requests held and not handed to the engine: queued, or scheduled for later."""
         frontiers = self._frontiers
         return 0 if frontiers is None else len(frontiers)
 
     def enqueue_request(self, request: scrapy.Request) -> bool:
-        """Store ``request``; return False if it is a duplicate (the engine drops it)."""
+        """Store ``request``; return False if it is a duplicate (the engine drops it).
+
+        ``meta["crawlq_not_before"]`` / ``meta["crawlq_delay"]`` store it to
+        be handed out at that time (see ``due``). Raises `InvalidRequest`
+        (counted in ``crawlq/invalid``) for a bad value of one of them or of
+        ``crawlq_refetch_after``, or for a URL over ``max_url_length``;
+        nothing is stored then.
+        """
         frontiers = self._frontiers
         assert frontiers is not None, "the scheduler is not open"
         config = self.config
+        meta = request.meta
+        due = None
+        if NOT_BEFORE in meta or DELAY in meta or REFETCH_AFTER in meta:
+            try:
+                due = due_of(request)
+            except InvalidRequest:
+                self._count("crawlq/invalid")
+                raise
         dont_filter = request.dont_filter
         if dont_filter:
             fingerprint = _NO_FINGERPRINT
@@ -379,18 +367,27 @@ class Scheduler(OffPathReports, BaseScheduler):
             if self.df.marks and self.df.marked(fingerprint):
                 self._duplicate(request)  # df.request_seen was asked about it
                 return False
-        start = config.start_requests_apart and bool(request.meta.get("is_start_request"))
+        start = config.start_requests_apart and bool(meta.get("is_start_request"))
         slot = self._slot_key(request) or _NO_HOST_SLOT
-        add = frontiers.add
+        if DELAY in meta:
+            settle_delay(request, due)  # before it is encoded: the delay applies once
+        add = partial(
+            frontiers.add,
+            fingerprint=fingerprint,
+            dont_filter=dont_filter,
+            start=start,
+            slot=slot,
+            not_before=due,
+        )
         try:
-            added, stored, why = add(
-                request, fingerprint=fingerprint, dont_filter=dont_filter, start=start, slot=slot
-            )
-        except StoreError as exc:
-            self._store_failed(exc)  # from now on, requests are kept in memory
-            added, stored, why = add(
-                request, fingerprint=fingerprint, dont_filter=dont_filter, start=start, slot=slot
-            )
+            try:
+                added, stored, why = add(request)
+            except StoreError as exc:
+                self._store_failed(exc)  # from now on, requests are kept in memory
+                added, stored, why = add(request)
+        except InvalidRequest:
+            self._count("crawlq/invalid")
+            raise
         if not dont_filter:
             self._recent.add(fingerprint)  # recorded now, if it was not before
         if not added:

@@ -50,6 +50,10 @@ class SchedulerConfig:
     #: Seconds a worker with nothing to do stays open (0: never closes); None:
     #: it closes as soon as the crawl has nothing left (Scrapy's own rule).
     idle_close: float | None = None
+    #: Seconds after which a finished page is fetched again; None: never.
+    refetch_after: float | None = None
+    #: Revisits (refetches waiting for their time) keep the spider open.
+    wait_for_revisits: bool = False
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> SchedulerConfig:
@@ -105,6 +109,12 @@ class SchedulerConfig:
         if lease_timeout is None or lease_timeout <= 0:
             raise ConfigError(f"CRAWLQ_LEASE_TIMEOUT must be > 0 seconds, not {lease_timeout!r}")
         idle_close = _seconds(settings, "CRAWLQ_IDLE_CLOSE", None)
+        refetch_after = _seconds(settings, "CRAWLQ_REFETCH_AFTER", None)
+        if refetch_after is not None and refetch_after <= 0:
+            raise ConfigError(
+                f"CRAWLQ_REFETCH_AFTER must be > 0 seconds, not {refetch_after!r}; "
+                "leave it unset for pages fetched once"
+            )
         options = settings.get("CRAWLQ_OPTIONS") or {}
         if not isinstance(options, dict) and hasattr(options, "copy_to_dict"):
             options = options.copy_to_dict()
@@ -126,6 +136,8 @@ class SchedulerConfig:
             start_lifo=bool(start_queue) and _is_lifo(start_queue, default=False),
             jobdir=jobdir,
             idle_close=idle_close,
+            refetch_after=refetch_after,
+            wait_for_revisits=_bool(settings, "CRAWLQ_WAIT_FOR_REVISITS"),
         )
 
 

@@ -40,5 +40,16 @@ class Source:
         #: Requests of this source handed to the engine and not finished.
         self.in_flight = 0
 
-    def pending(self) -> int:
-        return max(0, len(self.frontier) - self.in_flight)
+    def pending(self, revisits: bool = True) -> int:
+        """Requests held and not in the engine; revisits only if ``revisits``.
+
+        Queued, scheduled (a ``not_before``, a delayed retry) and leased but
+        not handed out (held, parked); a revisit is a page acked with a
+        refetch, waiting for it.
+        """
+        frontier = self.frontier
+        if revisits or frontier.closed:
+            return max(0, len(frontier) - self.in_flight)
+        # What crawlq.Scheduler.join waits for: revisits aside.
+        waiting, leased = frontier._counts()
+        return max(0, waiting + leased - self.in_flight)
