@@ -126,3 +126,35 @@ def test_a_redis_crawl_is_fed_with_its_order_and_recorded_fingerprints(redis_url
             assert frontier.seen(crawlq.Request("https://a.example/new"))
     finally:
         assert runner.invoke(app, ["purge", crawl, "--yes"]).exit_code == 0
+
+
+def test_import_into_a_redis_crawl_keeps_its_order_and_fingerprints(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """``crawlq import`` reads a Redis crawl's stored settings as ``crawlq add`` does."""
+    crawl = f"{redis_url}?crawl=cli-import-{os.getpid()}-{time.monotonic_ns()}"
+    fingerprinter = scrapy_fingerprinter()
+    with crawlq.open_frontier(crawl, lifo=True, fingerprinter=fingerprinter) as frontier:
+        frontier.add_many(["https://a.example/?b=2&a=1"])
+    lines = tmp_path / "requests.jsonl"
+    due = time.time() + 3600
+    lines.write_text(
+        '{"url":"https://a.example/?a=1&b=2"}\n'
+        '{"url":"https://a.example/first"}\n'
+        '{"url":"https://a.example/second"}\n'
+        f'{{"url":"https://a.example/later","not_before":{due}}}\n'
+    )
+    try:
+        result = runner.invoke(app, ["import", crawl, str(lines)])
+        assert result.exit_code == 0, result.output
+        assert "3 added, 1 duplicates" in result.output
+        with crawlq.open_frontier(crawl, lifo=True, fingerprinter=fingerprinter) as frontier:
+            assert frontier.stats().scheduled == 1  # the due time came along
+        # LIFO, the crawl's own order: the newest first.
+        assert queued_urls(crawl, fingerprinter, True) == [
+            "https://a.example/second",
+            "https://a.example/first",
+            "https://a.example/?b=2&a=1",
+        ]
+    finally:
+        assert runner.invoke(app, ["purge", crawl, "--yes"]).exit_code == 0

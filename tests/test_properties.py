@@ -2,8 +2,8 @@
 
 The model keeps every queued request in a list and picks the next one by
 scanning it with the rules written in ``crawlq.stores.base``; hypothesis drives
-both with random adds, pops, acks, releases and clock moves, and every pop
-must agree.
+both with random adds, pops, acks, releases (at once and delayed), refetches
+and clock moves, and every pop must agree.
 """
 
 from __future__ import annotations
@@ -62,6 +62,10 @@ class Model:
     seen: set[str] = field(default_factory=set)
     accepted: int = 0
     leases_made: int = 0
+    #: Held until their due time: (due, entry, a refetch?).
+    scheduled: list[tuple[float, ModelEntry, bool]] = field(default_factory=list)
+    #: Acceptance numbers, refetches included (a refetch takes a new one).
+    sequence: int = 0
 
     def add(
         self, url: str, host: str, priority: int, dont_filter: bool, lifo: bool | None = None
@@ -71,9 +75,25 @@ class Model:
                 return False
             self.seen.add(url)
         self.accepted += 1
+        self.sequence += 1
         added_lifo = self.lifo if lifo is None else lifo
-        self.queued.append(ModelEntry(url, host, priority, self.accepted, added_lifo))
+        self.queued.append(ModelEntry(url, host, priority, self.sequence, added_lifo))
         return True
+
+    def schedule(self, entry: ModelEntry, due: float, refetch: bool) -> None:
+        if refetch:  # as if added now, in the store's own order
+            self.sequence += 1
+            entry = ModelEntry(entry.url, entry.host, entry.priority, self.sequence, self.lifo)
+        self.scheduled.append((due, entry, refetch))
+
+    def make_due(self, now: float) -> None:
+        for item in [item for item in self.scheduled if item[0] <= now]:
+            self.scheduled.remove(item)
+            self.queued.append(item[1])
+
+    def waiting(self, now: float) -> int:
+        """Scheduled requests not due yet."""
+        return sum(1 for due, _, _ in self.scheduled if due > now)
 
     def leases_of(self, host: str) -> int:
         return sum(1 for e in self.leased.values() if e.host == host)
@@ -92,6 +112,7 @@ class Model:
 
     def pop(self, now: float) -> ModelEntry | None:
         self.expire(now)
+        self.make_due(now)
         candidates = [e for e in self.queued if self.ready(e, now)]
         if not candidates:
             return None
@@ -123,6 +144,8 @@ class FrontierMachine(RuleBasedStateMachine):
 
     leases = Bundle("leases")
     url = "memory://"
+    #: Whether due times are driven: they follow the fake clock (not on Redis).
+    due_times = True
 
     def open_frontier(self, **options: Any) -> crawlq.Frontier:
         return crawlq.open_frontier(self.url, **options)
@@ -205,6 +228,26 @@ class FrontierMachine(RuleBasedStateMachine):
         if self._current(request):
             self.model.queued.append(self.model.leased.pop(request.meta["_order"]))
 
+    @precondition(lambda self: self.due_times)
+    @rule(request=consumes(leases), delay=st.sampled_from([0.5, 3.0, 12.0]))
+    def release_later(self, request: Request | None, delay: float) -> None:
+        if request is None:
+            return
+        self.frontier.release(request, delay=delay)
+        if self._current(request):
+            entry = self.model.leased.pop(request.meta["_order"])
+            self.model.schedule(entry, self.clock.now + delay, refetch=False)
+
+    @precondition(lambda self: self.due_times)
+    @rule(request=consumes(leases), delay=st.sampled_from([0.0, 1.0, 3.0, 12.0]))
+    def refetch(self, request: Request | None, delay: float) -> None:
+        if request is None:
+            return
+        self.frontier.ack(request, refetch_after=delay)
+        if self._current(request):
+            entry = self.model.leased.pop(request.meta["_order"])
+            self.model.schedule(entry, self.clock.now + delay, refetch=True)
+
     @rule(seconds=st.sampled_from([0.5, 1.0, 2.5, 11.0]))
     def wait(self, seconds: float) -> None:
         self.clock.now += seconds
@@ -221,9 +264,16 @@ class FrontierMachine(RuleBasedStateMachine):
         if not hasattr(self, "frontier"):
             return
         stats = self.frontier.stats()
-        assert stats.queued + stats.leased == len(self.model.queued) + len(self.model.leased)
-        assert stats.seen == len(self.model.seen)
-        if not self.model.queued and not self.model.leased:
+        model = self.model
+        held = len(model.queued) + len(model.leased) + len(model.scheduled)
+        assert stats.queued + stats.leased + stats.scheduled == held == len(self.frontier)
+        assert stats.scheduled == model.waiting(self.clock.now)
+        assert stats.revisits == sum(
+            1 for due, _, r in model.scheduled if r and due > self.clock.now
+        )
+        assert stats.seen == len(model.seen)
+        assert stats.counters.accepted == model.accepted
+        if not model.queued and not model.leased and not model.scheduled:
             assert self.frontier.next_ready_in() is None
 
 
@@ -271,6 +321,7 @@ class SqliteFrontierMachine(FrontierMachine):
         self.frontier = crawlq.open_frontier(self.directory, **options)
         self.model.queued.extend(self.model.leased.values())
         self.model.leased.clear()
+        self.model.make_due(self.clock.now)
 
 
 SqliteFrontierMachine.TestCase.settings = settings(
@@ -292,6 +343,7 @@ class RedisFrontierMachine(FrontierMachine):
 
     server_url = ""
     crawls = 0
+    due_times = False
 
     @initialize(concurrency=st.sampled_from([None, 1, 2]), lifo=st.booleans())
     def open(self, concurrency: int | None, lifo: bool) -> None:  # type: ignore[override]

@@ -139,6 +139,10 @@ def test_every_python_block_is_covered() -> None:
         "docs/controls.md: React to a 429 in an asyncio crawler",
         "docs/crawlee.md: Use",
         "docs/getting-started.md: A 20-line crawler",
+        "docs/retries.md: Not before",
+        "docs/retries.md: Retry with backoff",
+        "docs/retries.md: Refetch after done",
+        "docs/retries.md: Adaptive revisits",
         "docs/scrapy.md: Scrapy",
         "docs/stores.md: Durable jobs (SQLite)",
         "docs/stores.md: Redis: many crawler processes, one frontier",
@@ -300,6 +304,18 @@ def test_the_control_blocks_run_and_their_results_hold(monkeypatch: pytest.Monke
         code, checks = checked(code)
         assert checks >= 1, wanted
         run(code, monkeypatch)
+
+
+@pytest.mark.parametrize(
+    "wanted", ["Not before", "Retry with backoff", "Refetch after done", "Adaptive revisits"]
+)
+def test_the_retries_blocks_run_and_their_results_hold(
+    wanted: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (code,) = [code for section, code in PYTHON if section == f"docs/retries.md: {wanted}"]
+    code, checks = checked(code)
+    assert checks >= 3
+    run(code, monkeypatch)
 
 
 def test_the_429_block_waits_out_retry_after_against_a_local_server(
