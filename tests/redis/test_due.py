@@ -189,7 +189,6 @@ def test_an_add_finishing_many_refetches_sends_them_in_later_calls(
     url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Past the leases one call takes, the refetches follow the batch in calls of their own."""
-    monkeypatch.setattr(redis_store, "FINISH_CHUNK", 1)
     monkeypatch.setattr(redis_finishing, "FINISH_CHUNK", 1)
     frontier = crawlq.open_frontier(url, ack_delay=0)
     frontier.add_many([f"https://h{i}.example/" for i in range(3)])
@@ -208,7 +207,7 @@ def test_a_refetch_without_a_delay_is_queued_at_once_last(url: str) -> None:
     frontier.add_many(["https://a.example/1", "https://a.example/2"])
     page = frontier.pop()
     assert page is not None
-    frontier._store.ack([page._lease], [(0.0, None)])  # type: ignore[attr-defined]
+    frontier._store.ack([page._lease], [(0.0, None)])
     stats = frontier.stats()
     assert (stats.queued, stats.scheduled, stats.counters.refetched) == (2, 0, 1)
     assert _drain_when_due(frontier, 2) == ["https://a.example/2", "https://a.example/1"]

@@ -392,7 +392,6 @@ def test_ack_many_of_thousands(url: str) -> None:
 
 def test_children_then_their_parents_acks(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # One lease per call, so two of the three acks follow in later calls.
-    monkeypatch.setattr(redis_store, "FINISH_CHUNK", 1)
     monkeypatch.setattr(redis_finishing, "FINISH_CHUNK", 1)
     frontier = crawlq.open_frontier(url)
     frontier.add_many([Request(f"https://h{i}.example/") for i in range(3)])

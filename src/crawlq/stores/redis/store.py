@@ -75,12 +75,13 @@ from ..._fingerprint import Fingerprinter
 from ..._policy import Policy
 from ..._request import Request
 from ..base import Entry, Refetch, StoreCounts
+from . import finishing
 from .calls import FunctionCalls, Pending
 from .client import acquire_client, redis_module, release_client
 from .config import RedisURL, Settings, parse_url
 from .conn import Link
 from .controls import RedisControls
-from .finishing import FINISH_CHUNK, Finishing, finish_items
+from .finishing import Finishing, finish_items
 from .inspection import Inspection, inspect, purge, server_counters
 from .open import Dedup, check_server, open_crawl
 from .state import bloom_stats, load_state, save_state
@@ -285,7 +286,8 @@ class RedisStore(FunctionCalls, Finishing, RedisControls):
         items, hosts, stride = finish_items(finished, refetch, waiting, self._waiting_hosts)
         # Lua unpacks the leases onto its stack: more go in later calls, after
         # the batch, which keeps children durable before their parents' acks.
-        items, rest = items[: stride * FINISH_CHUNK], items[stride * FINISH_CHUNK :]
+        chunk = stride * finishing.FINISH_CHUNK
+        items, rest = items[:chunk], items[chunk:]
         count = len(items) // stride
         extra.append(b"%d" % count if stride == 2 else b"f%d" % count)
         extra.extend(items)
@@ -426,8 +428,8 @@ class RedisStore(FunctionCalls, Finishing, RedisControls):
     def seen(self, fingerprints: Sequence[bytes]) -> list[bool]:
         found: list[bool] = []
         # A few thousand at a time: Lua unpacks them onto its stack.
-        for i in range(0, len(fingerprints), FINISH_CHUNK):
-            chunk = list(fingerprints[i : i + FINISH_CHUNK])
+        for i in range(0, len(fingerprints), finishing.FINISH_CHUNK):
+            chunk = list(fingerprints[i : i + finishing.FINISH_CHUNK])
             first = self._add_tail[1] if self._dedup.timed else b"%d" % self._bloom_bits
             reply = self._read(b"seen", first, b"%d" % self._bloom_hashes, *chunk)
             found.extend(flag == 1 for flag in reply)
