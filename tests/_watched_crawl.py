@@ -7,7 +7,8 @@
 Adds 200 requests over 10 hosts and 20 duplicates, pops 50 (acks 40,
 releases 5, holds 5), flushes and prints ``ready``. Then, for each line on
 stdin: ``pop N`` pops and acks N requests over about two seconds and prints
-``popped``; ``quit`` (or end of input) closes the frontier and exits. The
+``popped``; ``later`` pops 3, releases two of them for 600 s and acks the
+third to be refetched in 1,200 s, and prints ``scheduled``; ``quit`` (or end of input) closes the frontier and exits. The
 frontier stays open in between: the watcher reads a running crawl.
 """
 
@@ -81,6 +82,15 @@ def main(url: str) -> None:
         command = line.split()
         if not command or command[0] == "quit":
             break
+        if command[0] == "later":
+            retries = [frontier.pop(), frontier.pop()]
+            page = frontier.pop()
+            assert page is not None and None not in retries
+            frontier.release_many(retries, delay=600)  # type: ignore[arg-type]
+            frontier.ack(page, refetch_after=1200)
+            frontier.flush()
+            print("scheduled", flush=True)
+            continue
         count = int(command[1])
         for _ in range(count):
             request = frontier.pop()

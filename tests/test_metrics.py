@@ -145,6 +145,18 @@ def test_crawlq_metrics_serves_a_crawl_running_in_another_process(
         crawl.expect("popped")
         figures = crawl_figures(scrape(port), "watched")
         assert figures["crawlq_requests_acked_total"] == READY.acked + 20
+        assert figures["crawlq_requests_scheduled"] == 0
+        assert "crawlq_next_due_seconds" not in figures
+        crawl.send("later")
+        crawl.expect("scheduled")
+        figures = crawl_figures(scrape(port), "watched")
+        assert figures["crawlq_requests_scheduled"] == 3  # read from outside the crawl
+        assert figures["crawlq_requests_revisits"] == 1
+        assert figures["crawlq_requests_refetched_total"] == 1
+        # Three fewer waiting or out (a Redis worker's ack may lease one ahead).
+        out = figures["crawlq_requests_queued"] + figures["crawlq_requests_leased"]
+        assert out == 155 + 5 - 20 - 3
+        assert 590 < figures["crawlq_next_due_seconds"] <= 600
     finally:
         server.terminate()
         server.wait(timeout=30)

@@ -56,15 +56,18 @@ def read_snapshot(url: str, *, top: int = 20) -> Snapshot:
     cannot be reached: the errors of ``crawlq inspect``.
     """
     admin = store_kind(url).admin("watch")
-    queued, leased, seen, counters, hosts = admin.snapshot(url, top=top)
+    counts, hosts = admin.snapshot(url, top=top)
     return Snapshot(
-        queued,
-        leased,
-        seen,
-        counters,
+        counts.queued,
+        counts.leased,
+        counts.seen,
+        counts.counters,
         tuple(hosts),
         busy_hosts=hosts.busy,
         blocked_hosts=hosts.blocked,
+        scheduled=counts.scheduled,
+        revisits=counts.revisits,
+        next_due_in=counts.next_due_in,
     )
 
 

@@ -248,5 +248,7 @@ def test_inspect_shows_scheduled_revisits_and_the_next_due_time(url: str) -> Non
         1,
     )
     assert any("the first is due in" in note for note in report.notes)
-    queued, leased, _, counters, _ = admin.snapshot(url)
-    assert (queued, leased, counters.refetched) == (1, 0, 1)
+    counts, _ = admin.snapshot(url)
+    assert (counts.queued, counts.leased, counts.counters.refetched) == (1, 0, 1)
+    assert (counts.scheduled, counts.revisits) == (2, 1)  # what remote top and metrics show
+    assert counts.next_due_in is not None and 25 < counts.next_due_in <= 30

@@ -237,8 +237,11 @@ def test_admin_reads_scheduled_requests(tmp_path: Path) -> None:
             assert (report.counts["scheduled"], report.counts["revisits"]) == (3, 1), stage
             assert report.counts["requests stored (queued + leased)"] == 1
             assert any("first is due in 1,7" in n or "1,800" in n for n in report.notes)
-            queued, leased, _, counters, _ = admin.snapshot(url)
-            assert (queued, leased) == (1, 0)
+            counts, _ = admin.snapshot(url)
+            assert (counts.queued, counts.leased) == (1, 0)
+            assert (counts.scheduled, counts.revisits) == (3, 1), stage  # remote top, metrics
+            assert counts.next_due_in is not None and 1790 < counts.next_due_in <= 1800
+            counters = counts.counters
             assert (counters.accepted, counters.acked, counters.refetched) == (4, 1, 1)
             assert admin.check(url).problems == []
             assert admin.check(url).scheduled == 3

@@ -119,6 +119,7 @@ __all__ = [
     "StoreCounts",
     "host_details",
     "merge_hosts",
+    "sum_counts",
 ]
 
 #: What an ack does instead of finishing a request for good: schedule it
@@ -190,6 +191,23 @@ class StoreCounts(NamedTuple):
     next_due_in: float | None = None
 
 
+def sum_counts(parts: Sequence[StoreCounts]) -> StoreCounts:
+    """The counts of a store made of ``parts`` (cluster shards): sums, and the first due time."""
+    counters = Counters()
+    for part in parts:
+        counters += part.counters
+    dues = [part.next_due_in for part in parts if part.next_due_in is not None]
+    return StoreCounts(
+        sum(part.queued for part in parts),
+        sum(part.leased for part in parts),
+        sum(part.seen for part in parts),
+        counters,
+        sum(part.scheduled for part in parts),
+        sum(part.revisits for part in parts),
+        min(dues) if dues else None,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class HostCount:
     """One host (download slot): its requests, and the controls set on it."""
@@ -251,8 +269,8 @@ class StoreAdmin(Protocol):
         """Counts, busiest ``top`` hosts, priorities and settings, for ``crawlq inspect``."""
         ...
 
-    def snapshot(self, url: str, *, top: int = 20) -> tuple[int, int, int, Counters, HostList]:
-        """Queued, leased, seen, the `Counters` and the busiest ``top`` hosts, in one read."""
+    def snapshot(self, url: str, *, top: int = 20) -> tuple[StoreCounts, HostList]:
+        """The crawl's `StoreCounts` (scheduled ones too) and its busiest ``top`` hosts."""
         ...
 
     def hosts(self, url: str, *, top: int = 20) -> HostList:

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
 from ..._errors import StoreError
-from ..base import Counters, HostCount, HostList
+from ..base import Counters, HostCount, HostList, StoreCounts
 from .client import acquire_client, redis_module, release_client
 from .config import RedisURL, parse_url
 from .conn import Link
@@ -224,9 +224,7 @@ def inspect_at(location: RedisURL, link: Link, hosts: int) -> Inspection:
     fill = ones / bloom_bits if bloom_bits else None
     hashes = int(meta.get("bloom_hashes", "0") or 0)
     queued, counters = meta_counts(meta, int(leased), int(scheduled))
-    due_in = None
-    if first_due:
-        due_in = max(0.0, (float(first_due[1]) - int(now_s) * 1000 - int(now_us) / 1000) / 1000)
+    due_in = _due_in(first_due, [now_s, now_us])
     settings = {
         k: v
         for k, v in meta.items()
@@ -347,12 +345,12 @@ def change_host(url: str, what: str, host: str, seconds: float | None = None) ->
         close_link(location, link)
 
 
-def snapshot(url: str, *, top: int = 20) -> tuple[int, int, int, Counters, HostList]:
-    """Queued, leased, seen, `Counters` and the ``top`` busiest hosts of a Redis crawl.
+def snapshot(url: str, *, top: int = 20) -> tuple[StoreCounts, HostList]:
+    """The `StoreCounts` and the ``top`` busiest hosts of a Redis crawl.
 
     For ``crawlq top`` and metrics read from outside the workers; leased
-    includes workers' prefetched requests, queued leaves out scheduled ones
-    (`inspect` counts those). Costs what `host_counts` costs.
+    includes workers' prefetched requests, queued leaves out scheduled ones.
+    Costs what `host_counts` costs.
     Raises `StoreError` when there is no such crawl, `StoreUnavailable` when
     the server cannot be reached.
     """
@@ -363,18 +361,18 @@ def snapshot(url: str, *, top: int = 20) -> tuple[int, int, int, Counters, HostL
         close_link(location, link)
 
 
-def snapshot_at(
-    location: RedisURL, link: Link, top: int
-) -> tuple[int, int, int, Counters, HostList]:
+def snapshot_at(location: RedisURL, link: Link, top: int) -> tuple[StoreCounts, HostList]:
     """`snapshot` on a link to the server holding the crawl (or one cluster shard)."""
     prefix = location.prefix.encode()
-    meta_flat, leased, seen_set, seen_timed, scheduled = link.commands(
+    meta_flat, leased, seen_set, seen_timed, scheduled, first_due, now = link.commands(
         [
             (b"HGETALL", prefix + b"meta"),
             (b"ZCARD", prefix + b"leases"),
             (b"SCARD", prefix + b"seen"),
             (b"HLEN", prefix + b"seen_at"),
             (b"ZCARD", prefix + b"due"),
+            (b"ZRANGE", prefix + b"due", 0, 0, b"WITHSCORES"),
+            (b"TIME",),
         ],
         "reading the crawl",
     )
@@ -383,7 +381,24 @@ def snapshot_at(
     busiest = host_counts(link, prefix, top, {})
     meta = {meta_flat[i].decode(): meta_flat[i + 1].decode() for i in range(0, len(meta_flat), 2)}
     queued, counters = meta_counts(meta, int(leased), int(scheduled))
-    return queued, int(leased), _seen(meta, int(seen_set), int(seen_timed)), counters, busiest
+    counts = StoreCounts(
+        queued,
+        int(leased),
+        _seen(meta, int(seen_set), int(seen_timed)),
+        counters,
+        scheduled=int(scheduled),
+        revisits=int(meta.get("revisits", "0") or 0),
+        next_due_in=_due_in(first_due, now),
+    )
+    return counts, busiest
+
+
+def _due_in(first_due: list[bytes], now: list[bytes]) -> float | None:
+    """Seconds from the server's ``TIME`` to the first score of a due set; None: it is empty."""
+    if not first_due:
+        return None
+    now_ms = int(now[0]) * 1000 + int(now[1]) / 1000
+    return max(0.0, (float(first_due[1]) - now_ms) / 1000)
 
 
 def _seen(meta: Mapping[str, str], set_size: int, timed_size: int) -> int:

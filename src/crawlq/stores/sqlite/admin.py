@@ -36,7 +36,7 @@ from ..._fingerprint import Fingerprinter
 from ..._policy import Policy
 from ..._request import Request, decode_request
 from ..._version import __version__
-from ..base import Counters, HostList, host_details
+from ..base import Counters, HostList, StoreCounts, host_details
 from .check import check
 from .controls import apply_change, leave_change
 from .file import DATABASE_NAME, SCHEMA_VERSION, JobLock, connect, job_path, translate
@@ -277,13 +277,15 @@ def hosts(url: str, *, top: int = 20) -> HostList:
         return _hosts(db, read_log(db), top)
 
 
-def snapshot(url: str, *, top: int = 20) -> tuple[int, int, int, Counters, HostList]:
-    """Queued, leased, seen, `Counters` and the ``top`` busiest hosts of a job, lock-free.
+def snapshot(url: str, *, top: int = 20) -> tuple[StoreCounts, HostList]:
+    """The job's `StoreCounts` and its ``top`` busiest hosts, lock-free.
 
     For ``crawlq top`` and metrics read from outside the crawler. Leases are
     not on disk: ``leased`` is what the counters the crawler saved with its
     last flush (a fraction of a second old while it writes) say are out,
-    and per host it is 0 (queued counts them). Raises what `inspect` raises.
+    and per host it is 0 (queued counts them). Scheduled requests whose time
+    has come count as scheduled until the crawl's next call makes them ready.
+    Raises what `inspect` raises.
     """
     with reading(url) as (db, _):
         log = read_log(db)
@@ -307,7 +309,19 @@ def snapshot(url: str, *, top: int = 20) -> tuple[int, int, int, Counters, HostL
     out = counters.popped - counters.acked - counters.released - counters.expired
     leased = min(stored, max(0, out))
     seen = saved.get("seen", 0) + len(log.fingerprints)
-    return stored - leased, leased, seen, counters, busiest
+    due_in = None
+    if scheduled.first_due is not None:
+        due_in = max(0.0, scheduled.first_due - time.time())
+    counts = StoreCounts(
+        stored - leased,
+        leased,
+        seen,
+        counters,
+        scheduled=scheduled.count,
+        revisits=scheduled.revisits,
+        next_due_in=due_in,
+    )
+    return counts, busiest
 
 
 def _hosts(db: sqlite3.Connection, log: LogFold, top: int) -> HostList:

@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any, Final
 
 from ...._errors import ConfigError, StoreError
-from ...base import Counters, HostList, merge_hosts
+from ...base import Counters, HostList, StoreCounts, merge_hosts, sum_counts
 from ..client import redis_module
 from ..config import RedisURL, parse_url
 from ..conn import Link
@@ -139,8 +139,8 @@ def purge(url: str) -> int:
     return deleted
 
 
-def snapshot(url: str, *, top: int = 20) -> tuple[int, int, int, Counters, HostList]:
-    """Queued, leased, seen, `Counters` and the busiest hosts of a cluster crawl, every shard's.
+def snapshot(url: str, *, top: int = 20) -> tuple[StoreCounts, HostList]:
+    """The `StoreCounts` and the busiest hosts of a cluster crawl, every shard's.
 
     Raises `StoreError` when there is no such crawl.
     """
@@ -148,16 +148,7 @@ def snapshot(url: str, *, top: int = 20) -> tuple[int, int, int, Counters, HostL
         if not links:
             raise StoreError(f"there is no crawl {location.crawl!r} at {location.display}")
         found = [snapshot_at(shard, link, top) for shard, link in links]
-    counters = Counters()
-    for one in found:
-        counters += one[3]
-    return (
-        sum(one[0] for one in found),
-        sum(one[1] for one in found),
-        sum(one[2] for one in found),
-        counters,
-        merge_hosts([one[4] for one in found], top),
-    )
+    return sum_counts([counts for counts, _ in found]), merge_hosts([h for _, h in found], top)
 
 
 def hosts(url: str, *, top: int = 20) -> HostList:
