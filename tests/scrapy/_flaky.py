@@ -1,11 +1,14 @@
-"""A local site whose pages fail on purpose, for the due-time crawls of ``test_due.py``.
+"""A local site that fails or slows down on purpose, for the Scrapy crawls of the tests.
 
-`FlakySite` is a threaded HTTP server on loopback that logs when each request
-arrived (``time.time()``, the clock crawlq's due times are in):
+`FlakySite` is a threaded HTTP server on a loopback address that logs when
+each request arrived (``time.time()``, the clock crawlq's due times are in):
 
-- ``/page/NAME``: a page, always 200;
 - ``/fail/K/NAME``: 503 for the first K requests of that path, then 200;
-- ``/fail/K/NAME/S``: the same, each 503 carrying ``Retry-After: S``.
+- ``/fail/K/NAME/S``: the same, each 503 carrying ``Retry-After: S``;
+- ``throttle`` (a path given to the constructor): 429 with ``Retry-After: 2``
+  the first time, then 200;
+- ``/robots.txt``: the ``robots`` text given, or 404 without one;
+- any other path: a page, always 200.
 
 It keeps running across the crawls of one test (a resumed crawl finds it at
 the same URL) and is shut down by the fixture.
@@ -23,10 +26,14 @@ __all__ = ["FlakySite"]
 
 
 class FlakySite:
-    """Serves ``/page/...`` and ``/fail/...`` on ``address``; `hits` logs (time, path)."""
+    """Serves the paths of the module docstring on ``address``; `hits` logs (time, path)."""
 
-    def __init__(self, address: str = "127.0.0.1") -> None:
+    def __init__(
+        self, address: str = "127.0.0.1", *, throttle: str | None = None, robots: str = ""
+    ) -> None:
         self.hits: list[tuple[float, str]] = []
+        self.throttle = throttle
+        self.robots = robots
         self._lock = threading.Lock()
         site = self
 
@@ -37,20 +44,25 @@ class FlakySite:
                     seen = sum(1 for _, path in site.hits if path == self.path)
                 parts = self.path.strip("/").split("/")
                 if parts[0] == "fail" and len(parts) >= 3 and seen <= int(parts[1]):
-                    self.send_response(503)
-                    if len(parts) >= 4:
-                        self.send_header("Retry-After", parts[3])
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return
-                if parts[0] not in ("page", "fail"):
-                    self.send_response(404)
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return
-                body = f"<html><body>{self.path}</body></html>".encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/html")
+                    self._refuse(503, parts[3] if len(parts) >= 4 else None)
+                elif self.path == site.throttle and seen == 1:
+                    self._refuse(429, "2")
+                elif self.path == "/robots.txt":
+                    self._answer(200 if site.robots else 404, site.robots, "text/plain")
+                else:
+                    self._answer(200, f"<html><body>{self.path}</body></html>", "text/html")
+
+            def _refuse(self, status: int, retry_after: str | None) -> None:
+                self.send_response(status)
+                if retry_after is not None:
+                    self.send_header("Retry-After", retry_after)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def _answer(self, status: int, text: str, kind: str) -> None:
+                body = text.encode()
+                self.send_response(status)
+                self.send_header("Content-Type", kind)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
@@ -65,6 +77,11 @@ class FlakySite:
 
     def url(self, path: str) -> str:
         return self.base + path
+
+    def pages(self) -> list[tuple[float, str]]:
+        """(time, path) of every request but those of robots.txt, in order."""
+        with self._lock:
+            return [(at, path) for at, path in self.hits if path != "/robots.txt"]
 
     def times(self, path: str) -> list[float]:
         """When each request of ``path`` arrived, in order."""

@@ -15,10 +15,8 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -26,59 +24,15 @@ import pytest
 
 from crawlq.contrib.scrapy import retry_after_seconds
 
+from ._flaky import FlakySite
+
 ROOT = Path(__file__).resolve().parents[2]
 SPIDER = Path(__file__).with_name("retry_spider.py")
 
 
-class Server:
-    """A threaded HTTP server on ``address`` that logs (time, path) of every request."""
-
-    def __init__(self, address: str, *, throttle: str | None = None, robots: str = "") -> None:
-        self.hits: list[tuple[float, str]] = []
-        self.throttle = throttle  # the path answered 429 the first time
-        self.robots = robots
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                server.hits.append((time.monotonic(), self.path))
-                if self.path == "/robots.txt":
-                    self._answer(200 if server.robots else 404, server.robots.encode())
-                elif self.path == server.throttle:
-                    server.throttle = None
-                    self.send_response(429)
-                    self.send_header("Retry-After", "2")
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                else:
-                    self._answer(200, b"<html><body>ok</body></html>")
-
-            def _answer(self, status: int, body: bytes) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", "text/html")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.http = ThreadingHTTPServer((address, 0), Handler)
-        self.base = f"http://{address}:{self.http.server_address[1]}"
-        self.thread = threading.Thread(target=self.http.serve_forever, daemon=True)
-        self.thread.start()
-
-    def pages(self) -> list[tuple[float, str]]:
-        return [(at, path) for at, path in self.hits if path != "/robots.txt"]
-
-    def close(self) -> None:
-        self.http.shutdown()
-        self.http.server_close()
-
-
 @pytest.fixture
-def servers() -> Iterator[list[Server]]:
-    made: list[Server] = []
+def servers() -> Iterator[list[FlakySite]]:
+    made: list[FlakySite] = []
     yield made
     for server in made:
         server.close()
@@ -119,10 +73,10 @@ def test_retry_after_values_are_read_as_seconds_or_http_dates() -> None:
 
 
 def test_a_429_blocks_its_slot_until_retry_after_and_the_crawl_finishes(
-    servers: list[Server], tmp_path: Path
+    servers: list[FlakySite], tmp_path: Path
 ) -> None:
-    throttled = Server("127.0.0.1", throttle="/2")
-    other = Server("127.0.0.2")
+    throttled = FlakySite("127.0.0.1", throttle="/2")
+    other = FlakySite("127.0.0.2")
     servers += [throttled, other]
     result = crawl(
         tmp_path,
@@ -144,10 +98,10 @@ def test_a_429_blocks_its_slot_until_retry_after_and_the_crawl_finishes(
 
 
 def test_robots_crawl_delay_becomes_the_hosts_own_delay(
-    servers: list[Server], tmp_path: Path
+    servers: list[FlakySite], tmp_path: Path
 ) -> None:
-    slow = Server("127.0.0.1", robots="User-agent: *\nCrawl-delay: 0.5\n")
-    fast = Server("127.0.0.2")
+    slow = FlakySite("127.0.0.1", robots="User-agent: *\nCrawl-delay: 0.5\n")
+    fast = FlakySite("127.0.0.2")
     servers += [slow, fast]
     # One request in the engine at a time: the host's first request was
     # handed out before its robots.txt was read, every later one after.
@@ -164,9 +118,9 @@ def test_robots_crawl_delay_becomes_the_hosts_own_delay(
 
 
 def test_without_crawlqs_scheduler_it_warns_and_blocks_nothing(
-    servers: list[Server], tmp_path: Path
+    servers: list[FlakySite], tmp_path: Path
 ) -> None:
-    throttled = Server("127.0.0.1", throttle="/1")
+    throttled = FlakySite("127.0.0.1", throttle="/1")
     servers.append(throttled)
     result = crawl(tmp_path, [throttled.base], 3, SCHEDULER="scrapy.core.scheduler.Scheduler")
     assert result["reason"] == "finished"

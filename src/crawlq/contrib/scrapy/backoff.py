@@ -13,14 +13,13 @@ the rest of the crawl goes on, and the crawl stays open for it.
 from __future__ import annotations
 
 import logging
-import math
 from typing import TYPE_CHECKING, Any
 
 from scrapy.downloadermiddlewares.retry import RetryMiddleware
 
-from ..._errors import ConfigError
 from .due import DELAY
 from .retry_after import crawler_frontier, retry_after_seconds, scheduler_name
+from .settings import seconds_setting
 
 if TYPE_CHECKING:
     import scrapy
@@ -44,20 +43,6 @@ def backoff_delay(retry_times: int, base: float, maximum: float) -> float:
     if exponent >= 1024:  # 2.0 ** 1024 overflows; the cap applies long before
         return maximum
     return min(maximum, base * 2.0**exponent)
-
-
-def _seconds(settings: BaseSettings, name: str, default: float, *, positive: bool) -> float:
-    value = settings.get(name)
-    if value is None:
-        return default
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        seconds = math.nan
-    if not math.isfinite(seconds) or seconds < 0 or (positive and seconds == 0):
-        bound = "> 0" if positive else ">= 0"
-        raise ConfigError(f"{name} must be a finite number of seconds {bound}, not {value!r}")
-    return seconds
 
 
 class BackoffRetryMiddleware(RetryMiddleware):
@@ -88,9 +73,9 @@ class BackoffRetryMiddleware(RetryMiddleware):
 
     def __init__(self, settings: BaseSettings) -> None:
         super().__init__(settings)
-        self.base = _seconds(settings, "CRAWLQ_RETRY_BACKOFF_BASE", 1.0, positive=True)
-        self.maximum = _seconds(settings, "CRAWLQ_RETRY_BACKOFF_MAX", 300.0, positive=False)
-        self.retry_after_max = _seconds(settings, "CRAWLQ_RETRY_AFTER_MAX", 3600.0, positive=False)
+        self.base = seconds_setting(settings, "CRAWLQ_RETRY_BACKOFF_BASE", 1.0, positive=True)
+        self.maximum = seconds_setting(settings, "CRAWLQ_RETRY_BACKOFF_MAX", 300.0)
+        self.retry_after_max = seconds_setting(settings, "CRAWLQ_RETRY_AFTER_MAX", 3600.0)
         self._checked = False
 
     @classmethod

@@ -17,7 +17,8 @@ import math
 import time
 from typing import TYPE_CHECKING, Any, Final, cast
 
-from ..._errors import ConfigError, CrawlqError
+from ..._errors import CrawlqError
+from .settings import seconds_setting
 
 if TYPE_CHECKING:
     import scrapy
@@ -55,19 +56,6 @@ def retry_after_seconds(value: bytes | str | None, now: float | None = None) -> 
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
-def _seconds_setting(crawler: Crawler, name: str, default: float) -> float:
-    value = crawler.settings.get(name)
-    if value is None:
-        return default
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        seconds = math.nan
-    if not math.isfinite(seconds) or seconds < 0:
-        raise ConfigError(f"{name} must be a number of seconds >= 0, not {value!r}")
-    return seconds
-
-
 def _scheduler(crawler: Crawler) -> object:
     engine = getattr(crawler, "engine", None)
     slot = getattr(engine, "_slot", None)  # Scrapy's engine keeps its scheduler there
@@ -103,8 +91,8 @@ class RetryAfterMiddleware:
 
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
-        self.default = _seconds_setting(crawler, "CRAWLQ_RETRY_AFTER_DEFAULT", 60.0)
-        self.maximum = _seconds_setting(crawler, "CRAWLQ_RETRY_AFTER_MAX", 3600.0)
+        self.default = seconds_setting(crawler.settings, "CRAWLQ_RETRY_AFTER_DEFAULT", 60.0)
+        self.maximum = seconds_setting(crawler.settings, "CRAWLQ_RETRY_AFTER_MAX", 3600.0)
         self.robots = crawler.settings.getbool("ROBOTSTXT_OBEY")
         user_agent = crawler.settings.get("ROBOTSTXT_USER_AGENT") or crawler.settings.get(
             "USER_AGENT"

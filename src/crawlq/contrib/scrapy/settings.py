@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = ["SchedulerConfig"]
 
 _N = TypeVar("_N", int, float)
+_D = TypeVar("_D", float, None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,9 +92,9 @@ class SchedulerConfig:
         start_queue = settings.get(
             "SCHEDULER_START_DISK_QUEUE" if durable else "SCHEDULER_START_MEMORY_QUEUE"
         )
-        host_delay = _seconds(settings, "CRAWLQ_HOST_DELAY", None)
+        host_delay = seconds_setting(settings, "CRAWLQ_HOST_DELAY", None)
         if host_delay is None:
-            host_delay = _seconds(settings, "DOWNLOAD_DELAY", 0.0) or 0.0
+            host_delay = seconds_setting(settings, "DOWNLOAD_DELAY", 0.0) or 0.0
         concurrency = _count(settings, "CRAWLQ_HOST_CONCURRENCY")
         if concurrency is None:
             concurrency = _count(settings, "CONCURRENT_REQUESTS_PER_IP") or _count(
@@ -105,11 +106,11 @@ class SchedulerConfig:
             # fetched again, and Scrapy's engine bounds the downloads itself:
             # no cap, so requests go out when Scrapy's scheduler would send them.
             max_in_flight = _count(settings, "CONCURRENT_REQUESTS")
-        lease_timeout = _seconds(settings, "CRAWLQ_LEASE_TIMEOUT", 600.0)
+        lease_timeout = seconds_setting(settings, "CRAWLQ_LEASE_TIMEOUT", 600.0)
         if lease_timeout is None or lease_timeout <= 0:
             raise ConfigError(f"CRAWLQ_LEASE_TIMEOUT must be > 0 seconds, not {lease_timeout!r}")
-        idle_close = _seconds(settings, "CRAWLQ_IDLE_CLOSE", None)
-        refetch_after = _seconds(settings, "CRAWLQ_REFETCH_AFTER", None)
+        idle_close = seconds_setting(settings, "CRAWLQ_IDLE_CLOSE", None)
+        refetch_after = seconds_setting(settings, "CRAWLQ_REFETCH_AFTER", None)
         if refetch_after is not None and refetch_after <= 0:
             raise ConfigError(
                 f"CRAWLQ_REFETCH_AFTER must be > 0 seconds, not {refetch_after!r}; "
@@ -167,13 +168,21 @@ def _bool(settings: BaseSettings, name: str) -> bool:
         raise ConfigError(f"{name} must be True or False, not {settings.get(name)!r}") from None
 
 
-def _seconds(settings: BaseSettings, name: str, default: float | None) -> float | None:
+def seconds_setting(
+    settings: BaseSettings, name: str, default: _D, *, positive: bool = False
+) -> float | _D:
+    """The setting ``name`` in seconds, ``default`` if unset.
+
+    Raises `ConfigError` naming the setting unless it is a finite number
+    >= 0 (> 0 when ``positive``).
+    """
     seconds = _number(settings, name, float, "a number of seconds")
     if seconds is None:
         return default
-    if not math.isfinite(seconds) or seconds < 0:
+    if not math.isfinite(seconds) or seconds < 0 or (positive and seconds == 0):
+        bound = "> 0" if positive else ">= 0"
         raise ConfigError(
-            f"{name} must be a finite number of seconds >= 0, not {settings.get(name)!r}"
+            f"{name} must be a finite number of seconds {bound}, not {settings.get(name)!r}"
         )
     return seconds
 
