@@ -7,6 +7,7 @@ import re
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -70,14 +71,15 @@ def test_check_finds_no_damage_in_a_sound_job_and_writes_nothing(tmp_path: Path)
     before = digest(job)
     result = crawlq_cli("check", str(job))
     assert result.returncode == 0, result.stderr
-    assert "no damage found (550 requests in 5 hosts" in result.stdout
+    assert "no damage found (550 requests in 5 hosts, 0 scheduled" in result.stdout
     assert digest(job) == before
     # While a crawl holds the job, with part of it in the unapplied log.
     with crawlq.open_frontier(str(job)) as frontier:
         frontier.add(crawlq.Request("https://h9.example/new"))
+        frontier.add(crawlq.Request("https://h9.example/later", not_before=time.time() + 600))
         result = crawlq_cli("check", f"sqlite:///{job / 'crawlq.db'}")
         assert result.returncode == 0, result.stderr
-        assert "no damage found (551 requests in 6 hosts" in result.stdout
+        assert "no damage found (551 requests in 6 hosts, 1 scheduled" in result.stdout
 
 
 def test_check_reports_broken_invariants(tmp_path: Path) -> None:

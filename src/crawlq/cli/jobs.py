@@ -169,7 +169,8 @@ def check(job: JobArgument) -> None:
         )
     typer.echo(
         f"job {report.path}: no damage found ({report.requests:,} requests in "
-        f"{report.hosts:,} hosts, {report.log_entries:,} log entries not yet applied)"
+        f"{report.hosts:,} hosts, {report.scheduled:,} scheduled, "
+        f"{report.log_entries:,} log entries not yet applied)"
     )
 
 
