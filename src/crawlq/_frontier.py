@@ -137,6 +137,11 @@ class Frontier(EntryChecks, Finishing, HostControls):
         """The fingerprinter that decides which requests are duplicates."""
         return self._fingerprinter
 
+    @property
+    def max_url_length(self) -> int:
+        """The longest URL this frontier accepts (`open_frontier`'s ``max_url_length``)."""
+        return self._max_url_length
+
     def add(self, request: Request) -> bool:
         """Queue ``request`` unless it was seen before; return False for a duplicate.
 

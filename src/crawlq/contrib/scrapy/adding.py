@@ -121,7 +121,7 @@ class FrontierAdds:
                 dont_filter=dont_filter,
                 not_before=not_before,
             )
-        limit = source.frontier._max_url_length
+        limit = source.frontier.max_url_length
         if len(url) > limit:
             # Refused now, as the frontier would refuse it: a request held
             # for the next flush must not fail there (with its batch).
