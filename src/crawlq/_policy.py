@@ -147,6 +147,16 @@ class Slot:
         self.delay = 0.0
         self.concurrency = _NO_LIMIT
 
+    def __lt__(self, other: object) -> bool:
+        """Never less: reached only when two heap entries of one slot tie on every key.
+
+        A stale entry and the slot's live one can hold the same key (a
+        request released with a delay and back at the head with the same
+        leases); either order is right, since `Board.take` skips the stale
+        one. Without this, the heap compared two slots and raised TypeError.
+        """
+        return False
+
 
 #: A concurrency limit no host reaches.
 _NO_LIMIT: Final = 1 << 62

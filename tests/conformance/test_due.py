@@ -361,3 +361,33 @@ def test_many_scheduled_requests_come_due_in_time_order(open_store: OpenFrontier
     time.sleep(0.6)
     out = drain(frontier)
     assert len(out) == 200 and frontier.stats().scheduled == 0
+
+
+def test_delayed_releases_among_plain_ones_lose_and_repeat_nothing(
+    open_store: OpenFrontier,
+) -> None:
+    # Found by the model (tests/test_properties.py): two requests of one host
+    # released with a delay around a plain release left the memory store's
+    # ready heap with two entries of one host that tied on every key, and the
+    # next ack raised TypeError.
+    frontier = open_store(host_delay=0, ack_delay=0)
+    frontier.add(Request("https://a.example/p1"))
+    frontier.add(Request("https://b.example/p0", priority=-1))
+    frontier.add(Request("https://a.example/p0"))
+    first = pop(frontier)
+    frontier.add(Request("https://b.example/p1"))
+    done = [pop(frontier)]
+    frontier.ack(done[0])
+    frontier.release(pop(frontier))
+    third, fourth = pop(frontier), pop(frontier)
+    frontier.release(fourth, delay=WAIT)
+    frontier.release(third)
+    frontier.release(first, delay=WAIT)
+    time.sleep(WAIT)
+    done.append(pop_when_due(frontier))
+    frontier.ack(done[-1])
+    while len(frontier):
+        done.append(pop_when_due(frontier))
+        frontier.ack(done[-1])
+    urls = sorted(request.url for request in done)
+    assert urls == [f"https://{h}.example/p{n}" for h in "ab" for n in (0, 1)]
