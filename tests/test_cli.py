@@ -189,10 +189,10 @@ def test_inspect_shows_pacing_of_a_host(tmp_path: Path) -> None:
     assert 250 < seconds <= 300
 
 
-def test_export_of_a_redis_frontier_is_not_offered() -> None:
+def test_export_of_a_redis_crawl_whose_server_is_down_fails_in_one_line() -> None:
     result = runner.invoke(app, ["export", "redis://127.0.0.1:1/0?crawl=x"])
-    assert result.exit_code == 1
-    assert "export for redis://" in result.stderr
+    assert result.exit_code == 1 and result.stdout == ""
+    assert "127.0.0.1:1" in result.stderr and "Traceback" not in result.stderr
 
 
 # -- export and import --------------------------------------------------------------

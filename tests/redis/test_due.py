@@ -75,8 +75,9 @@ def test_due_requests_move_into_their_hosts_at_most_256_a_call(url: str) -> None
     time.sleep(0.35)
     assert frontier.pop() is not None  # one call: one batch made ready
     assert client.zcard(key) == 600 - 256
+    # The 344 left in `due` are due: counted as queued (moved or not), none scheduled.
     stats = frontier.stats()
-    assert (stats.queued, stats.scheduled, stats.next_due_in) == (255, 344, 0.0)
+    assert (stats.queued, stats.scheduled, stats.next_due_in) == (599, 0, None)
     assert len(_drain_when_due(frontier, 599)) == 599
     assert client.zcard(key) == 0
     client.close()
@@ -252,3 +253,63 @@ def test_inspect_shows_scheduled_revisits_and_the_next_due_time(url: str) -> Non
     assert (counts.queued, counts.leased, counts.counters.refetched) == (1, 0, 1)
     assert (counts.scheduled, counts.revisits) == (2, 1)  # what remote top and metrics show
     assert counts.next_due_in is not None and 25 < counts.next_due_in <= 30
+
+
+def _due_counts_case(url: str, inspect_url: object, snapshot: object) -> None:
+    """Due, not moved yet: queued in every reading; next_due_in the first still to come."""
+    frontier = crawlq.open_frontier(url, ack_delay=0, prefetch=1)
+    frontier.add_many(["https://a.example/page", "https://b.example/now"])
+    page = frontier.pop()
+    assert page is not None
+    frontier.ack(page, refetch_after=0.3)  # a revisit, due soon
+    start = time.time()
+    frontier.add_many(
+        [
+            Request("https://c.example/soon", not_before=start + 0.3),
+            Request("https://d.example/later", not_before=start + 60),
+            Request("https://e.example/later", not_before=start + 90),
+        ]
+    )
+    frontier.close()  # gives back what it leased ahead; nothing pops from here on
+    time.sleep(max(0.0, start + 0.35 - time.time()))
+    reader = crawlq.open_frontier(url, ack_delay=0)
+    readings = [reader.stats(), snapshot(url)[0], inspect_url(url)]  # type: ignore[operator]
+    for reading in readings:
+        assert (reading.queued, reading.leased) == (3, 0)  # b/now, and the 2 due ones
+        assert (reading.scheduled, reading.revisits) == (2, 0)
+        assert reading.next_due_in is not None and 55 < reading.next_due_in <= 60
+    assert len(reader) == 5
+    # Moved by a pop: the same counts.
+    assert reader.pop() is not None
+    stats = reader.stats()
+    assert (stats.queued, stats.leased, stats.scheduled, stats.revisits) == (2, 1, 2, 0)
+    reader.close()
+
+
+def test_a_due_request_counts_as_queued_before_a_pop_moves_it(url: str) -> None:
+    _due_counts_case(url, redis_store.inspect, admin.snapshot)
+
+
+def test_a_due_request_counts_as_queued_on_a_cluster(redis_cluster_url: str) -> None:
+    from crawlq.stores.redis.cluster import admin as cluster_admin
+    from crawlq.stores.redis.cluster import inspection as cluster_inspection
+
+    url = f"{redis_cluster_url}?crawl=due-counts-{time.monotonic_ns()}"
+    try:
+        _due_counts_case(url, cluster_inspection.inspect, cluster_admin.snapshot)
+    finally:
+        cluster_inspection.purge(url)
+
+
+def test_revisits_come_off_once_due(url: str) -> None:
+    """Revisits count only those still to come; the due ones are queued, not revisits."""
+    frontier = crawlq.open_frontier(url, ack_delay=0)
+    frontier.add_many([f"https://h{i}.example/" for i in range(4)])
+    pages = list(iter(frontier.pop, None))
+    frontier.ack_many(pages[:3], refetch_after=0.2)
+    frontier.ack(pages[3], refetch_after=60)
+    frontier.close()
+    time.sleep(0.3)
+    counts, _ = admin.snapshot(url)
+    assert (counts.queued, counts.scheduled, counts.revisits) == (3, 1, 1)
+    assert counts.next_due_in is not None and counts.next_due_in > 55

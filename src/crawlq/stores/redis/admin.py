@@ -16,6 +16,7 @@ from typing import Any
 from ..._errors import StoreError
 from ..._exchange import HostReport, JobReport
 from .config import parse_url
+from .export import export
 from .inspection import Inspection, change_host, close_link, hosts, open_link, snapshot
 from .open import settings_at
 from .store import inspect as inspect_crawl
@@ -26,6 +27,7 @@ __all__ = [
     "crawl_label",
     "crawl_settings",
     "display",
+    "export",
     "hosts",
     "inspect",
     "purge",

@@ -30,8 +30,11 @@ __all__ = ["FINGERPRINTER_KEY", "FORMAT", "Dedup", "check_server", "open_crawl",
 #: format 6 keeps queued requests in lists per host and priority
 #: (``upgrade_queues`` moves them, host by host, at the first open); format
 #: 7 holds scheduled requests in `due` (nothing to move: a format-6 crawl
-#: has none, and an older crawlq must not open one that may).
-FORMAT: Final = 7
+#: has none, and an older crawlq must not open one that may); format 8 files
+#: requests that come back or come due deep in a long list in `r:HOST` and
+#: marks their host's head (nothing to move either: a format-7 crawl has
+#: none, and a format-7 crawlq would hand a marked entry out wrong).
+FORMAT: Final = 8
 #: Key (after the crawl's prefix) of the fingerprinter its last opener used,
 #: as `Fingerprinter.describe` JSON.
 FINGERPRINTER_KEY: Final = b"fingerprinter"

@@ -50,9 +50,13 @@ Due times
     A request added with a ``not_before`` still to come, released with a
     delay, or acked with a refetch waits in the crawl's ``due`` sorted set
     (``lua/due.lua``), judged by the server's clock; the pops of every worker
-    move the due ones into their hosts' queues, a bounded batch per call.
-    Refetches and delayed releases are sent at once (never held for
-    ``ack_delay``), so what they schedule is stored when they return.
+    move the due ones into their hosts' queues, a bounded batch per call,
+    each in a constant number of commands however long its host's list
+    (``r:HOST`` in ``lua/queues.lua``). Counts take a request whose due time
+    has come as queued before a pop moves it (``due_figures`` in
+    ``lua/read.lua``). Refetches and delayed releases are sent at once
+    (never held for ``ack_delay``), so what they schedule is stored when
+    they return.
 
 Nothing is wiped implicitly: ``close()`` never deletes shared data. `purge`
 removes a crawl and `inspect` describes one (both for the ``crawlq`` CLI).

@@ -1,13 +1,15 @@
 """The Redis Cluster store's admin interface (`crawlq.stores.base.StoreAdmin`).
 
 As `crawlq.stores.redis.admin`, over every shard of the crawl: the report adds
-the shards up and notes each shard's counts and node.
+the shards up and notes each shard's counts and node; `export` reads the
+shards one after the other.
 """
 
 from __future__ import annotations
 
 from ...._exchange import JobReport
 from ..admin import crawl_label, display, report
+from .export import export
 from .inspection import change_host, crawl_settings, hosts, purge, snapshot
 from .inspection import inspect as inspect_crawl
 
@@ -16,6 +18,7 @@ __all__ = [
     "crawl_label",
     "crawl_settings",
     "display",
+    "export",
     "hosts",
     "inspect",
     "purge",

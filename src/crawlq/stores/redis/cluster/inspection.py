@@ -24,13 +24,21 @@ from ..inspection import Inspection, ShardSummary, inspect_at, purge_at, snapsho
 from ..open import settings_at
 from .shards import ClusterClient, record_tags, shard_of
 
-__all__ = ["change_host", "crawl_settings", "hosts", "inspect", "purge", "snapshot"]
+__all__ = [
+    "change_host",
+    "crawl_settings",
+    "hosts",
+    "inspect",
+    "purge",
+    "shard_links",
+    "snapshot",
+]
 
 _RETRY: Final = 5.0
 
 
 @contextmanager
-def _shards(url: str) -> Iterator[tuple[RedisURL, Link, list[tuple[RedisURL, Link]]]]:
+def shard_links(url: str) -> Iterator[tuple[RedisURL, Link, list[tuple[RedisURL, Link]]]]:
     """The crawl's location, a link to its record's node, and one to each shard's.
 
     No shards when there is no such crawl.
@@ -73,7 +81,7 @@ def inspect(url: str, *, hosts: int = 20) -> Inspection:
     ``shards`` lists each shard's counts and the node serving it. Raises
     what `crawlq.stores.redis.inspection.inspect` raises.
     """
-    with _shards(url) as (location, _, links):
+    with shard_links(url) as (location, _, links):
         found = [inspect_at(shard, link, hosts) for shard, link in links]
     if not found:
         return Inspection(
@@ -132,7 +140,7 @@ def purge(url: str) -> int:
     it when no worker uses the crawl. Raises what
     `crawlq.stores.redis.inspection.purge` raises.
     """
-    with _shards(url) as (location, record_link, links):
+    with shard_links(url) as (location, record_link, links):
         deleted = sum(purge_at(shard, link) for shard, link in links)
         record = location.prefix.encode() + b"cluster"
         deleted += int(record_link.command(b"UNLINK", record, doing="purging"))
@@ -144,7 +152,7 @@ def snapshot(url: str, *, top: int = 20) -> tuple[StoreCounts, HostList]:
 
     Raises `StoreError` when there is no such crawl.
     """
-    with _shards(url) as (location, _, links):
+    with shard_links(url) as (location, _, links):
         if not links:
             raise StoreError(f"there is no crawl {location.crawl!r} at {location.display}")
         found = [snapshot_at(shard, link, top) for shard, link in links]
@@ -153,14 +161,14 @@ def snapshot(url: str, *, top: int = 20) -> tuple[StoreCounts, HostList]:
 
 def hosts(url: str, *, top: int = 20) -> HostList:
     """Per-host figures of a cluster crawl, every shard's, without opening a frontier."""
-    with _shards(url) as (_, _, links):
+    with shard_links(url) as (_, _, links):
         lists = [host_counts(link, shard.prefix.encode(), top, {}) for shard, link in links]
     return merge_hosts(lists, top)
 
 
 def change_host(url: str, what: str, host: str, seconds: float | None = None) -> str:
     """Change one host of a running cluster crawl, in its shard (see `inspection.change_host`)."""
-    with _shards(url) as (location, _, links):
+    with shard_links(url) as (location, _, links):
         if not links:
             raise StoreError(f"there is no crawl {location.crawl!r} at {location.display}")
         shard, link = links[shard_of(host.encode(), len(links))]
@@ -169,7 +177,7 @@ def change_host(url: str, what: str, host: str, seconds: float | None = None) ->
 
 def crawl_settings(url: str) -> dict[str, Any] | None:
     """A cluster crawl's ``lifo`` and ``fingerprint``, from its first shard; None: no crawl."""
-    with _shards(url) as (_, _, links):
+    with shard_links(url) as (_, _, links):
         if not links:
             return None
         shard, link = links[0]

@@ -10,7 +10,10 @@
 -- under its id. Once due, take() moves it into its host's queue in its
 -- place (its id and score), as a released request goes back: promote()
 -- moves at most 256 a call, a ZRANGEBYSCORE and a ZREMRANGEBYRANK for the
--- batch (O(log n) each in scheduled requests), and only when the crawl's
+-- batch (O(log n) each in scheduled requests), then for each a bounded
+-- number of commands whatever the depth of its lane (enqueue: the list's
+-- end, front and first few entries, else a ZADD to r:HOST and a mark on
+-- its host's head, O(log n); see queues.lua), and only when the crawl's
 -- `due` bound says one may be due: a crawl with nothing scheduled pays a
 -- table lookup per pop and a ZRANGE a second.
 

@@ -1,10 +1,26 @@
 -- Views of hosts' queues for `crawlq inspect`: histogram and
 -- queued_per_host. Relies on queues.lua (lane_of).
 
+-- The returned requests of one host (r:HOST, see queues.lua) appended to
+-- `out` by score, a ZCOUNT per lane rank they hold.
+local function returned_scores(P, name, out)
+  local key = P .. 'r:' .. name
+  local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  while first[2] do
+    local rank = tonumber(first[2])
+    local text = string.format('%d', rank)
+    out[#out + 1] = string.format('%d', (rank - rank % 2) / 2)
+    out[#out + 1] = redis.call('ZCOUNT', key, text, text)
+    first = redis.call('ZRANGE', key, '(' .. text, '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
+  end
+  return out
+end
+
 -- The queued requests of one host by score, {score text, count, ...} (a
--- score may come twice, for its FIFO and LIFO lanes): its only request
--- (record ending in 'p'), or its lists l:LANE:HOST: its head's lane and
--- those of its index i:HOST.
+-- score may come more than once, for its FIFO and LIFO lanes and its
+-- returned requests): its only request (record ending in 'p'), or its
+-- lists l:LANE:HOST (its head's lane and those of its index i:HOST) and
+-- r:HOST.
 local function host_scores(P, name, record)
   if not record or #record <= 21 then
     return {}
@@ -23,7 +39,7 @@ local function host_scores(P, name, record)
       out[#out + 1] = count
     end
   end
-  return out
+  return returned_scores(P, name, out)
 end
 
 -- Priority histogram of some hosts' queues, for `crawlq inspect`.

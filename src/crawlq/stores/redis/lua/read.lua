@@ -3,9 +3,13 @@
 -- args[1] = 'counts': returns {queued, leased, seen, accepted, duplicates,
 --   capped, popped, released, expired, refetched} (crawlq.Counters), then
 --   scheduled, revisits and microseconds until the first scheduled request
---   is due (-1: none); args[2] is 'bloom' when seen is counted in meta,
+--   is due (-1: none), as due_figures() counts them (a request whose due
+--   time has come is queued, moved by a pop or not yet); args[2] is
+--   'bloom' when seen is counted in meta,
 --   'timed' when by `seen_at` (seen_ttl), else by the exact dedup (its
 --   buckets' count, or the `seen` set's size).
+-- args[1] = 'due': returns {scheduled, revisits, microseconds until the
+--   first is due (-1: none)} (due_figures), for readers from outside.
 -- args[1] = 'wait': microseconds until a pop may lease something: 0 now, -1
 --   when nothing is queued, leased or scheduled (only an add can make a
 --   request ready). A scheduled request counts from its due time.
@@ -37,6 +41,40 @@ local function seen(P, args)
   return out
 end
 
+-- Requests due whose revisits due_figures() tells apart, at most.
+local DUE_LOOK = 1024
+
+-- The crawl's scheduled requests: those whose due time is still to come by
+-- the server's clock (one whose time has come is queued, even before a pop
+-- moves it into its host), the revisits among them, and microseconds until
+-- the first of them (-1: none). A ZCOUNT and a ZRANGE by score, O(log n) in
+-- scheduled requests, and a look at the revisits among those due now but
+-- not moved (meta `revisits` counts every refetch in `due`): at most
+-- DUE_LOOK of them (a pop moves 256); past that many, revisits is the
+-- count less those among the first DUE_LOOK, at most scheduled.
+local function due_figures(P, revisits)
+  local key = P .. 'due'
+  local clock = redis.call('TIME')
+  local now = tonumber(clock[1]) * 1000 + tonumber(clock[2]) / 1000
+  local after = '(' .. time_text(now)
+  local later = redis.call('ZCOUNT', key, after, '+inf')
+  if later == 0 then
+    return 0, 0, -1
+  end
+  local first = redis.call('ZRANGE', key, after, '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
+  local due_in = math.max(0, math.ceil((tonumber(first[2]) - now) * 1000))
+  if revisits > 0 then
+    local come = redis.call('ZRANGE', key, '-inf', time_text(now), 'BYSCORE', 'LIMIT', 0,
+      DUE_LOOK)
+    for _, member in ipairs(come) do
+      if string.byte(member, 16) == 114 then -- 'r': a revisit
+        revisits = revisits - 1
+      end
+    end
+  end
+  return later, math.max(0, math.min(revisits, later)), due_in
+end
+
 local function read(keys, args)
   local P = keys[1]
   set_keys(P)
@@ -48,10 +86,14 @@ local function read(keys, args)
   for i = 1, 10 do
     m[i] = tonumber(m[i] or '0')
   end
-  local scheduled = redis.call('ZCARD', P .. 'due')
-  local queued = m[1] + m[2] + m[9] - m[3] + m[4] + m[5] - scheduled
+  if args[1] == 'due' then
+    return { due_figures(P, m[10]) }
+  end
+  -- Requests in hosts' queues or in `due`.
+  local held = m[1] + m[2] + m[9] - m[3] + m[4] + m[5]
   local leased = redis.call('ZCARD', P .. 'leases')
   if args[1] == 'counts' then
+    local scheduled, revisits, due_in = due_figures(P, m[10])
     local seen
     if args[2] == 'bloom' then
       seen = tonumber(redis.call('HGET', P .. 'meta', 'seen') or '0')
@@ -60,19 +102,14 @@ local function read(keys, args)
     else
       seen = seen_count()
     end
-    local due_in = -1
-    if scheduled > 0 then
-      local clock = redis.call('TIME')
-      local now = tonumber(clock[1]) * 1000 + tonumber(clock[2]) / 1000
-      local first = redis.call('ZRANGE', P .. 'due', 0, 0, 'WITHSCORES')
-      due_in = math.max(0, math.ceil((tonumber(first[2]) - now) * 1000))
-    end
     -- Counters: accepted, duplicates (every request offered was accepted,
     -- capped or a duplicate; seq also counts refetches), capped, popped,
     -- released, expired, refetched.
-    return { queued, leased, seen, m[2], m[6] - m[7] - m[2] - m[8] - m[9], m[8], m[3], m[4],
-      m[5], m[9], scheduled, m[10], due_in }
+    return { held - scheduled, leased, seen, m[2], m[6] - m[7] - m[2] - m[8] - m[9], m[8],
+      m[3], m[4], m[5], m[9], scheduled, revisits, due_in }
   end
+  local scheduled = redis.call('ZCARD', P .. 'due')
+  local queued = held - scheduled
   if queued <= 0 and leased == 0 and scheduled == 0 then
     return -1
   end

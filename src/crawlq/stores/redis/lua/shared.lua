@@ -39,12 +39,24 @@
 --                    the FIFO ones of its priority). Ids of a lane only grow
 --                    (LIFO: shrink) from add to add, so an add is one RPUSH
 --                    (LPUSH); a request that comes back (release, expiry,
---                    unpop) is put at its place by id. A list keeps its
+--                    unpop, or due) is put at its place by id when that is
+--                    near the list's front or end, else filed in r:HOST
+--                    (format 8; see queues.lua). A list keeps its
 --                    entries packed (listpacks of 8 KB) however long it
 --                    grows: a queued request costs its payload and ~20 bytes
 --                    more, where a hash of id -> payload cost ~70 (Redis
 --                    keeps small hashes packed only for values of at most 64
 --                    bytes).
+--                    An entry whose 16th byte is '^' is marked (format 8):
+--                    the host's head is while r:HOST is not empty (an
+--                    entry keeps its mark when a request that comes first
+--                    arrives); its encoded request follows the mark.
+--   r:HOST   zset    (format 8) queued requests of a host that came back or
+--                    came due deeper in their lane than the few entries
+--                    looked at: score = lane rank (2 S, + 1 for an L lane),
+--                    member = 15-digit id; payloads in `p` under their ids.
+--                    Never the host's head: the first moves to its list's
+--                    front when it comes next
 --   i:HOST   zset    the lanes of a host's non-empty lists but its head's,
 --                    score = 2 S (+ 1 for an L lane), member = LANE: when
 --                    the head's lane empties, ZPOPMIN gives the next one
@@ -53,6 +65,7 @@
 --   p        hash    id -> encoded request of a leased request, and of the
 --                    head of a host with no list (its only queued request:
 --                    a list key costs ~170 bytes more than a hash entry)
+--                    and of a request in r:HOST
 --                    (in format 5, of every queued request). A leased
 --                    request's is deleted at its ack, read when it comes back
 --   hosts    hash    HOST -> struct '>BI4dd' (flag, leased, ready_at ms, head
@@ -100,7 +113,7 @@ local FLAG_R, FLAG_D, FLAG_I = 82, 68, 73
 -- time, so these library-level variables are never shared between calls.
 local ARGS, P, K_META, K_SEEN, K_BLOOM, K_HOSTS, K_READY, K_DELAYED
 local K_LEASES, K_LEASE, K_Q, K_P, K_ACCEPTED, K_SEEN_AT, K_BLOCKS, K_POLICY, K_SEEN_B, K_L, K_I
-local K_DUE
+local K_DUE, K_R
 -- The crawl's per-host policies (see host_policies), or false if none.
 local HOST_POLICY
 local OWNER, RETRY, CALL, LEASE_MS, DELAY_MS, CONCURRENCY, REFILL, WORST, FORCE, NBUF, ARG0
@@ -175,7 +188,7 @@ local function set_keys(prefix)
     names = { P .. 'meta', P .. 'seen', P .. 'bloom', P .. 'hosts', P .. 'ready',
       P .. 'delayed', P .. 'leases', P .. 'lease', P .. 'q:', P .. 'p', P .. 'accepted',
       P .. 'seen_at', P .. 'blocks', P .. 'policy', P .. 's:', P .. 'l:', P .. 'i:',
-      P .. 'due' }
+      P .. 'due', P .. 'r:' }
     KEY_NAMES_MADE = KEY_NAMES_MADE + 1
     if KEY_NAMES_MADE > 10000 then -- self-checks' scratch crawls add up
       KEY_NAMES, KEY_NAMES_MADE, POLICIES = {}, 1, {}
@@ -183,7 +196,7 @@ local function set_keys(prefix)
     KEY_NAMES[P] = names
   end
   K_META, K_SEEN, K_BLOOM, K_HOSTS, K_READY, K_DELAYED, K_LEASES, K_LEASE, K_Q, K_P,
-    K_ACCEPTED, K_SEEN_AT, K_BLOCKS, K_POLICY, K_SEEN_B, K_L, K_I, K_DUE = unpack(names)
+    K_ACCEPTED, K_SEEN_AT, K_BLOCKS, K_POLICY, K_SEEN_B, K_L, K_I, K_DUE, K_R = unpack(names)
   SEEN = nil
   local policies = POLICIES[P]
   if policies == nil then
