@@ -76,21 +76,9 @@ def held_at(location: RedisURL, link: Link) -> Iterator[Request]:
     if not link.command(b"EXISTS", prefix + b"meta", doing="exporting"):
         raise StoreError(f"there is no crawl {location.crawl!r} at {location.display}")
     leased = _leases_by_host(link, prefix)
-    done: set[bytes] = set()
-    cursor = b"0"
-    while True:
-        cursor, flat = link.command(
-            b"HSCAN", prefix + b"hosts", cursor, b"COUNT", PAGE, doing="exporting"
-        )
-        for name, record in zip(flat[::2], flat[1::2], strict=True):
-            if name not in done:  # (a scan may return a host twice)
-                done.add(name)
-                mine = sorted(leased.pop(name, []))
-                yield from _payloads(
-                    link, prefix, heapq.merge(mine, *_lanes(link, prefix, name, record))
-                )
-        if cursor in (b"0", 0):
-            break
+    for name, record in _hscan(link, prefix + b"hosts"):
+        mine = sorted(leased.pop(name, []))
+        yield from _payloads(link, prefix, heapq.merge(mine, *_lanes(link, prefix, name, record)))
     for rest in leased.values():  # leases of hosts without a record (none, but keep them)
         yield from _payloads(link, prefix, iter(sorted(rest)))
 
@@ -104,20 +92,29 @@ def _number(request_id: bytes) -> int:
 def _leases_by_host(link: Link, prefix: bytes) -> dict[bytes, list[_Item]]:
     """Leased requests by host, as items whose payloads are in ``p``."""
     by_host: dict[bytes, list[_Item]] = {}
-    seen: set[bytes] = set()
+    for field, record in _hscan(link, prefix + b"lease"):
+        # Fields are ids, and "@" .. owner for a worker's last outcome.
+        if not field.startswith(b"@"):
+            host = record.split(b" ", 3)[3]  # "token score ready host"
+            by_host.setdefault(host, []).append((_number(field), field, None))
+    return by_host
+
+
+def _hscan(link: Link, key: bytes) -> Iterator[tuple[bytes, bytes]]:
+    """Every field and value of the hash ``key``, in pages of `PAGE`, each field once.
+
+    (A scan may return a field twice when the hash grows while it runs.)
+    """
+    done: set[bytes] = set()
     cursor = b"0"
     while True:
-        cursor, flat = link.command(
-            b"HSCAN", prefix + b"lease", cursor, b"COUNT", PAGE, doing="exporting"
-        )
-        for field, record in zip(flat[::2], flat[1::2], strict=True):
-            # Fields are ids, and "@" .. owner for a worker's last outcome.
-            if not field.startswith(b"@") and field not in seen:
-                seen.add(field)
-                host = record.split(b" ", 3)[3]  # "token score ready host"
-                by_host.setdefault(host, []).append((_number(field), field, None))
+        cursor, flat = link.command(b"HSCAN", key, cursor, b"COUNT", PAGE, doing="exporting")
+        for field, value in zip(flat[::2], flat[1::2], strict=True):
+            if field not in done:
+                done.add(field)
+                yield field, value
         if cursor in (b"0", 0):
-            return by_host
+            return
 
 
 def _lanes(link: Link, prefix: bytes, name: bytes, record: bytes) -> list[Iterator[_Item]]:
