@@ -11,8 +11,10 @@ Every node is a `tests.redis_server.RedisServer` started with
 create`` joins them, and the fixture waits until every node reports
 ``cluster_state:ok``. A test may fail a primary over (`RedisCluster.failover`),
 pause one (`RedisCluster.pause`, SIGSTOP, until `RedisCluster.resume`) or
-kill it. Missing ``redis-server`` or ``redis-cli`` fails the
-test, never skips it.
+kill it, or move one slot to another primary while clients use it
+(`RedisCluster.move_slot`: the documented manual resharding steps, in
+batches, so a test runs its crawl while the slot is half moved). Missing
+``redis-server`` or ``redis-cli`` fails the test, never skips it.
 """
 
 from __future__ import annotations
@@ -26,13 +28,15 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from .redis_server import INSTALL, RedisServer, redis_server_binary
 
-__all__ = ["RedisCluster"]
+__all__ = ["RedisCluster", "SlotMove"]
 
 _READY_TIMEOUT = 30.0
 #: Milliseconds before a silent primary is failed over: short, for the tests.
@@ -85,6 +89,24 @@ def _complete(data: bytes) -> bool:
     return data.endswith(b"\r\n")
 
 
+@dataclass
+class SlotMove:
+    """What `RedisCluster.move_slot` did, with wall-clock times (``time.time()``)."""
+
+    slot: int
+    source: int  # port of the primary that served the slot
+    target: int  # port of the primary that serves it now
+    keys: int = 0  # keys moved
+    batches: int = 0  # MIGRATE calls
+    #: The source answers for the slot with ASK from here (SETSLOT MIGRATING)...
+    began: float = 0.0
+    #: ...keys sit on both nodes from the first MIGRATE to the end of the last...
+    first_batch: float = 0.0
+    last_batch: float = 0.0
+    #: ...and every primary has been told the slot's new owner here (SETSLOT NODE).
+    ended: float = 0.0
+
+
 class RedisCluster:
     """A Redis Cluster of real redis-server processes on 127.0.0.1."""
 
@@ -117,6 +139,8 @@ class RedisCluster:
         ]
         # Ports of the nodes SIGSTOPped now (`pause`): not asked anything.
         self.paused: set[int] = set()
+        # A redis-py client per node, for `move_slot` and its helpers.
+        self._clients: dict[int, Any] = {}
 
     def url(self, crawl: str, *, seeds: int = 2) -> str:
         """``redis+cluster://`` naming the first ``seeds`` nodes, for crawl ``crawl``."""
@@ -221,11 +245,112 @@ class RedisCluster:
                 raise AssertionError(f"the cluster never got there: {what}")
             time.sleep(0.05)
 
+    def node_id(self, port: int) -> str:
+        """The cluster node id of the node on ``port`` (``CLUSTER MYID``)."""
+        return bytes(self._client(port).execute_command("CLUSTER", "MYID")).decode()
+
+    def key_slot(self, key: str) -> int:
+        """The slot of ``key``, as the cluster computes it (``CLUSTER KEYSLOT``)."""
+        port = self.primary_ports()[0]
+        return int(self._client(port).execute_command("CLUSTER", "KEYSLOT", key))
+
+    def slot_owner(self, slot: int, asked: int | None = None) -> int:
+        """Port of the primary serving ``slot``, as node ``asked`` (default: any) sees it."""
+        port = asked if asked is not None else self.primary_ports()[0]
+        nodes = bytes(self._client(port).execute_command("CLUSTER", "NODES")).decode()
+        for line in nodes.splitlines():
+            fields = line.split()
+            if "master" not in fields[2].split(","):
+                continue
+            for part in fields[8:]:
+                if part.startswith("["):
+                    continue  # a slot being imported or migrated, not served
+                low, _, high = part.partition("-")
+                if int(low) <= slot <= int(high or low):
+                    return int(fields[1].partition("@")[0].rpartition(":")[2])
+        raise AssertionError(f"no primary serves slot {slot} (asked {port})")
+
+    def move_slot(
+        self,
+        slot: int,
+        target: int,
+        *,
+        batch: int = 10,
+        pause: float = 0.0,
+        after_batch: Callable[[SlotMove], None] | None = None,
+    ) -> SlotMove:
+        """Move ``slot`` to the primary on ``target`` as an operator would, by hand.
+
+        The steps of the Redis Cluster specification ("Live reconfiguration",
+        what ``redis-cli --cluster reshard`` does per slot): ``CLUSTER
+        SETSLOT slot IMPORTING`` on the target, ``MIGRATING`` on the source,
+        then ``MIGRATE ... KEYS`` ``batch`` keys at a time, ``pause``
+        seconds after each batch (clients keep running while the slot is
+        half moved: the source answers ASK for keys it no longer has, and
+        the target TRYAGAIN to multi-key commands it has only part of), until
+        the source has none left; then ``CLUSTER SETSLOT slot NODE target``
+        on the target, the source and every other primary. ``after_batch``
+        is called after each batch, before its pause. Returns once every
+        running node agrees on the new owner.
+        """
+        source = self.slot_owner(slot)
+        if source == target:
+            raise ValueError(f"slot {slot} is on {target} already")
+        src, dst = self._client(source), self._client(target)
+        src_id, dst_id = self.node_id(source), self.node_id(target)
+        move = SlotMove(slot, source, target)
+        dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
+        move.began = time.time()
+        src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
+        while True:
+            keys = src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, batch)
+            if not keys:
+                break
+            if not move.batches:
+                move.first_batch = time.time()
+            src.execute_command("MIGRATE", "127.0.0.1", target, "", 0, 10_000, "KEYS", *keys)
+            move.last_batch = time.time()
+            move.keys += len(keys)
+            move.batches += 1
+            if after_batch is not None:
+                after_batch(move)
+            time.sleep(pause)
+        # The target first, so that once the source redirects (MOVED) for the
+        # slot, its new owner serves it; then every other primary.
+        others = [p for p in self.primary_ports() if p not in (source, target)]
+        for port in [target, source, *others]:
+            self._client(port).execute_command("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
+        move.ended = time.time()
+        self.wait_until(
+            lambda: all(self.slot_owner(slot, asked=p) == target for p in self.primary_ports()),
+            f"every primary sees slot {slot} on {target}",
+        )
+        return move
+
+    def keys_in_slot(self, slot: int, port: int) -> int:
+        """How many keys of ``slot`` the node on ``port`` holds (``CLUSTER COUNTKEYSINSLOT``)."""
+        return int(self._client(port).execute_command("CLUSTER", "COUNTKEYSINSLOT", slot))
+
+    def node_info(self, port: int, section: str) -> dict[str, Any]:
+        """``INFO section`` of the node on ``port``, as redis-py parses it."""
+        return dict(self._client(port).info(section))
+
+    def _client(self, port: int) -> Any:
+        """A plain redis-py client of one node (keys are bytes), closed by `stop`."""
+        import redis
+
+        if port not in self._clients:
+            self._clients[port] = redis.Redis(host="127.0.0.1", port=port, socket_timeout=10)
+        return self._clients[port]
+
     def server_on(self, port: int) -> RedisServer:
         return next(s for s in self.servers if s.port == port)
 
     def stop(self) -> None:
         """Stop every node by its pid (a paused one is continued first, so it can exit)."""
+        for client in self._clients.values():
+            client.close()
+        self._clients.clear()
         for port in list(self.paused):
             self.resume(port)
         for server in self.servers:

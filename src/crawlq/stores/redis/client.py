@@ -44,6 +44,14 @@ MIN_SERVER: Final = (7, 0)
 # READONLY (a demoted primary, in a cluster or behind Sentinel), TRYAGAIN,
 # CLUSTERDOWN and MASTERDOWN: a link that can reroute (`Link.reroute`) reads
 # the slot map again and retries on the node serving its keys now.
+#
+# ASK is retried so too, never followed (ASKING, then the call on the node
+# importing the slot): crawlq's functions name one key, the shard's prefix,
+# which is no key at all, and reach the shard's keys by name. While a slot
+# moves the source answers every call ASK (it lacks the key named), and the
+# target, asked, would run the function on the keys moved so far. So a
+# shard's calls wait, retried, until the slot is the target's (MOVED), and
+# run on one node that holds all its keys (tests/redis/test_cluster_migration.py).
 _TRANSIENT_REPLIES: Final = (
     "LOADING",
     "BUSY",

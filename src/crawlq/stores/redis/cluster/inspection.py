@@ -49,7 +49,11 @@ def shard_links(url: str) -> Iterator[tuple[RedisURL, Link, list[tuple[RedisURL,
     redis_module()
     cluster = ClusterClient(location)
     record = location.prefix.encode() + b"cluster"
-    links = [(location, Link(location, cluster.node_client(record)[0], _RETRY))]
+    # Each link follows its key to the node serving it now (`ClusterClient.follow`):
+    # a reshard or a failover under way does not fail a look from outside.
+    links = [
+        (location, Link(location, cluster.node_client(record)[0], _RETRY, cluster.follow(record)))
+    ]
     try:
         count, tags = (
             v.decode() if isinstance(v, bytes) else ""
@@ -61,7 +65,7 @@ def shard_links(url: str) -> Iterator[tuple[RedisURL, Link, list[tuple[RedisURL,
             key = location.of_shard(k, "", 0, tag).prefix.encode() + b"meta"
             client, host, port = cluster.node_client(key)
             shard = location.of_shard(k, host, port, tag)
-            links.append((shard, Link(shard, client, _RETRY)))
+            links.append((shard, Link(shard, client, _RETRY, cluster.follow(key))))
         yield location, links[0][1], links[1:]
     finally:
         for _, link in links:
@@ -69,8 +73,10 @@ def shard_links(url: str) -> Iterator[tuple[RedisURL, Link, list[tuple[RedisURL,
         cluster.close()
 
 
-def _node(location: RedisURL) -> str:
-    host, port = location.kwargs["host"], location.kwargs["port"]
+def _node(link: Link) -> str:
+    """The node a shard's link talks to now (it follows a moved slot), as host:port."""
+    kwargs = link.client.connection_pool.connection_kwargs
+    host, port = kwargs["host"], kwargs["port"]
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
@@ -92,13 +98,13 @@ def inspect(url: str, *, hosts: int = 20) -> Inspection:
     priorities: dict[int, int] = {}
     counters = Counters()
     memory: dict[str, int] = {}
-    for (shard, _), one in zip(links, found, strict=True):
+    for (_, link), one in zip(links, found, strict=True):
         for owner, n in one.leases_by_owner.items():
             owners[owner] = owners.get(owner, 0) + n
         for priority, n in one.priorities:
             priorities[priority] = priorities.get(priority, 0) + n
         counters += one.counters
-        memory[_node(shard)] = one.used_memory
+        memory[_node(link)] = one.used_memory
     deadlines = [one.next_lease_deadline_in for one in found if one.next_lease_deadline_in]
     dues = [one.next_due_in for one in found if one.next_due_in is not None]
     fills = [one.bloom_fill_ratio for one in found if one.bloom_fill_ratio is not None]
@@ -127,8 +133,8 @@ def inspect(url: str, *, hosts: int = 20) -> Inspection:
         revisits=sum(one.revisits for one in found),
         next_due_in=min(dues) if dues else None,
         shards=[
-            ShardSummary(k, _node(shard), one.queued, one.leased, one.seen)
-            for k, ((shard, _), one) in enumerate(zip(links, found, strict=True))
+            ShardSummary(k, _node(link), one.queued, one.leased, one.seen)
+            for k, ((_, link), one) in enumerate(zip(links, found, strict=True))
         ],
     )
 

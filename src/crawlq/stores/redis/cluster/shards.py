@@ -17,6 +17,7 @@ import inspect
 import threading
 import time
 import zlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from ...._errors import IncompatibleStore, StoreError, StoreUnavailable
@@ -97,7 +98,7 @@ def open_record(
     """
     key = location.prefix.encode() + b"cluster"
     count = shards or DEFAULT_SHARDS
-    link = Link(location, cluster.node_client(key)[0], retry_timeout)
+    link = Link(location, cluster.node_client(key)[0], retry_timeout, cluster.follow(key))
     try:
         stored = link.command(
             b"FCALL",
@@ -143,12 +144,8 @@ def open_shard(
     """
     meta = location.of_shard(k, "", 0, tag).prefix.encode() + b"meta"
     client, host, port = cluster.node_client(meta)
-
-    def reroute() -> Any:
-        return cluster.node_client(meta, refresh=True)[0]
-
     where = location.of_shard(k, host, port, tag)
-    return RedisStore(where, client, *options, reroute, replicas)
+    return RedisStore(where, client, *options, cluster.follow(meta), replicas)
 
 
 class ClusterClient:
@@ -199,6 +196,20 @@ class ClusterClient:
             except failures as exc:
                 raise _translate(exc, self.location, "finding the node of a shard") from None
             return node.redis_connection, node.host, int(node.port)
+
+    def follow(self, key: bytes) -> Callable[[], redis.Redis]:
+        """A `Link`'s ``reroute`` for ``key``: the client of its node, the slot map read afresh.
+
+        Every link to a key's node needs one, short-lived ones too: without
+        it, a slot moved (a reshard, a failover) while the link retries is
+        asked on the old node until ``retry_timeout``, which answers MOVED
+        however long ago the move ended.
+        """
+
+        def reroute() -> redis.Redis:
+            return self.node_client(key, refresh=True)[0]
+
+        return reroute
 
     def primaries(self) -> list[tuple[str, int, redis.Redis]]:
         """Every primary of the cluster: host, port and client."""

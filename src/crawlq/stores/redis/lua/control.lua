@@ -12,7 +12,6 @@ local function control(keys, args)
   set_keys(keys[1])
   DELAY_MS = tonumber(args[2]) / 1000
   CONCURRENCY = tonumber(args[3])
-  NOW = nil
   hosts, n_accepted, n_popped, n_released, n_expired, n_refetched, n_revisits =
     {}, 0, 0, 0, 0, 0, 0
   local what, name = args[1], args[4]
@@ -44,7 +43,7 @@ local function control(keys, args)
     state.ready = pace
   else
     local delay, concurrency = args[5], args[6]
-    local policies = POLICIES[P] or {}
+    local policies = HOST_POLICY or {} -- set_keys made it current
     if delay == '' and concurrency == '' then
       redis.call('HDEL', K_POLICY, name)
       policies[name] = nil
@@ -55,7 +54,7 @@ local function control(keys, args)
     if next(policies) == nil then
       policies = false
     end
-    POLICIES[P] = policies
+    POLICIES[P] = { policies, now() }
     HOST_POLICY = policies
   end
   if state.flag ~= nil or state.ready > now() then

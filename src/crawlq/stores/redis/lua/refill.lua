@@ -69,7 +69,6 @@ local function begin(keys, args)
   FORCE = args[8] == '1'
   NBUF = tonumber(args[9])
   ARG0 = 9 + 2 * NBUF
-  NOW = nil
   hosts, n_accepted, n_popped, n_released, n_expired, n_refetched, n_revisits =
     {}, 0, 0, 0, 0, 0, 0
   ended, freed, NUMBER = {}, {}, nil

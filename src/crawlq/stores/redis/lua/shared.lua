@@ -123,6 +123,14 @@ local OWNER, RETRY, CALL, LEASE_MS, DELAY_MS, CONCURRENCY, REFILL, WORST, FORCE,
 -- rounding. Lease deadlines are whole ms (rounded down).
 local NOW
 
+local function now()
+  if NOW == nil then
+    local clock = redis.call('TIME')
+    NOW = tonumber(clock[1]) * 1000 + tonumber(clock[2]) / 1000
+  end
+  return NOW
+end
+
 -- Per crawl (by key prefix), a lower bound of the earliest lease deadline,
 -- of the earliest end of a host delay and of the earliest due time of a
 -- scheduled request, in ms of server time: a pop skips the range reads of
@@ -173,16 +181,19 @@ local ended, freed
 -- concatenation makes a string, and strings made per call feed the GC).
 local KEY_NAMES = {}
 local KEY_NAMES_MADE = 0
--- Per crawl, its `policy` hash as a table (HOST -> {delay ms or nil,
--- concurrency or nil}), or false when it is empty: read once per library
--- load, kept current by control(), so pacing without host policies costs
--- one table lookup per call.
+-- Per crawl, {its `policy` hash as a table (HOST -> {delay ms or nil,
+-- concurrency or nil}) or false when it is empty, the server time it was
+-- read}: kept current by this node's control(), so pacing without host
+-- policies costs a table lookup per call, and read again once it is
+-- BOUND_MS old, since another node may have changed it (a cluster shard
+-- moved away by a slot migration or a failover, and back).
 local POLICIES = {}
 -- The exact dedup's bucket state of the current call (see seen_state in seen.lua).
 local SEEN
 
 local function set_keys(prefix)
   P = prefix
+  NOW = nil -- every call starts here: a new call, a new time
   local names = KEY_NAMES[P]
   if names == nil then
     names = { P .. 'meta', P .. 'seen', P .. 'bloom', P .. 'hosts', P .. 'ready',
@@ -198,9 +209,9 @@ local function set_keys(prefix)
   K_META, K_SEEN, K_BLOOM, K_HOSTS, K_READY, K_DELAYED, K_LEASES, K_LEASE, K_Q, K_P,
     K_ACCEPTED, K_SEEN_AT, K_BLOCKS, K_POLICY, K_SEEN_B, K_L, K_I, K_DUE, K_R = unpack(names)
   SEEN = nil
-  local policies = POLICIES[P]
-  if policies == nil then
-    policies = {}
+  local cached = POLICIES[P]
+  if cached == nil or now() - cached[2] > BOUND_MS then
+    local policies = {}
     local flat = redis.call('HGETALL', K_POLICY)
     for i = 1, #flat, 2 do
       local delay, concurrency = string.match(flat[i + 1], '^(%S*) (%S*)$')
@@ -209,9 +220,10 @@ local function set_keys(prefix)
     if next(policies) == nil then
       policies = false
     end
-    POLICIES[P] = policies
+    cached = { policies, now() }
+    POLICIES[P] = cached
   end
-  HOST_POLICY = policies
+  HOST_POLICY = cached[1]
 end
 
 -- Lease counts as the 8-digit prefix of a ready member; a table lookup is
@@ -250,14 +262,6 @@ local function count_meta(field, n)
   if n ~= 0 then
     redis.call('HINCRBY', K_META, field, int_text(n))
   end
-end
-
-local function now()
-  if NOW == nil then
-    local clock = redis.call('TIME')
-    NOW = tonumber(clock[1]) * 1000 + tonumber(clock[2]) / 1000
-  end
-  return NOW
 end
 
 -- Call a variadic command over a long argument list, a few thousand at a time
