@@ -55,7 +55,7 @@ from ...._errors import ConfigError, StoreError
 from ...._fingerprint import Fingerprinter
 from ...._policy import Policy
 from ...._request import Request
-from ...base import Counters, Entry, HostList, Refetch, StoreCounts, merge_hosts
+from ...base import Entry, HostList, Refetch, StoreCounts, merge_hosts, sum_counts
 from ..client import redis_module
 from ..config import RedisURL, Settings, parse_url
 from ..store import OPTIONS as _REDIS_OPTIONS
@@ -380,22 +380,7 @@ class ClusterStore:
             shard.flush()
 
     def counts(self) -> StoreCounts:
-        queued = leased = seen = scheduled = revisits = 0
-        counters = Counters()
-        dues = []
-        for shard in self._shards:
-            counts = shard.counts()
-            queued += counts.queued
-            leased += counts.leased
-            seen += counts.seen
-            counters += counts.counters
-            scheduled += counts.scheduled
-            revisits += counts.revisits
-            if counts.next_due_in is not None:
-                dues.append(counts.next_due_in)
-        return StoreCounts(
-            queued, leased, seen, counters, scheduled, revisits, min(dues) if dues else None
-        )
+        return sum_counts([shard.counts() for shard in self._shards])
 
     def next_ready_in(self) -> float | None:
         now = time.monotonic()
