@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Final
 from ..._errors import CorruptStore
 from . import log
 from .hosts import Host, Key
-from .tables import FLUSH_ROWS
 
 if TYPE_CHECKING:
     import sqlite3
@@ -81,6 +80,7 @@ class Scheduling:
         def _revive(self, name: str) -> Host: ...
         def _housekeep(self, write: Callable[[float], None], now: float) -> None: ...
         def _flush(self, now: float) -> None: ...
+        def _flush_if_full(self, now: float) -> None: ...
 
     def _load_scheduled(self, counters: dict[str, int]) -> None:
         """Read what the job holds scheduled: its counters and the first due time (O(log n))."""
@@ -94,6 +94,8 @@ class Scheduling:
         self._due_log: list[Due] = []
         #: (due, id) of the last row taken from the table since the last flush.
         self._pulled: tuple[float, int] | None = None
+        #: Rows taken from the table since the last flush (it moves or deletes each).
+        self._pulled_rows = 0
         row = self._db.execute("SELECT due FROM scheduled ORDER BY due, id LIMIT 1").fetchone()
         #: No row of the table past ``_pulled`` is due before this (a lower bound).
         self._table_due: float = math.inf if row is None else row[0]
@@ -157,9 +159,8 @@ class Scheduling:
         for host in touched:
             self._board.place(host, now)
         self._next_due = min(waiting[0][0] if waiting else math.inf, self._table_due)
-        if len(due_log) >= FLUSH_ROWS:
-            # Rows taken from the table wait in memory until a flush: bound them.
-            self._housekeep(self._flush, now)
+        # Rows taken from the table wait in memory until a flush: bound them.
+        self._flush_if_full(now)
 
     def _pull(self, now: float, limit: int) -> list[tuple[int, str, int, int, bytes, int]]:
         """Take up to ``limit`` rows of the table due by ``now``, in (due, id) order.
@@ -175,6 +176,7 @@ class Scheduling:
             rows = db.execute(_PAST_PULLED, (*pulled, now, limit)).fetchall()
         if rows:
             pulled = self._pulled = (rows[-1][4], rows[-1][0])
+            self._pulled_rows += len(rows)
         if len(rows) == limit:
             self._table_due = rows[-1][4]  # more may be due: the next call looks
         else:
@@ -198,6 +200,7 @@ class Scheduling:
             self._table_due = min(self._table_due, waiting[0][0])
             waiting.clear()
         self._pulled = None
+        self._pulled_rows = 0
         self._next_due = self._table_due
 
     def _stored_payload(self, row_id: int) -> bytes:

@@ -9,8 +9,9 @@ Two layers live in the one database (see ``schema.SCHEMA``):
   ``scheduled`` (requests not due yet, indexed by due time: see `due`),
   ``hosts`` (row count, pacing time, a lower-bound hint of the best request),
   ``seen`` (fingerprints) and ``counters``. Every few thousand logged
-  requests, or a quarter second, a *flush* applies the log to the tables and
-  deletes it, in one transaction.
+  requests or acks, or a quarter second, a *flush* applies the log to the
+  tables and deletes it, in one transaction; a thread copies the WAL into
+  the database file (`checkpoints`), so no call waits for that.
 
 After a crash, opening flushes whatever the log holds (one flush window at
 most) and then reads only the ``hosts`` rows: O(1) in queued requests. Hosts
@@ -26,6 +27,7 @@ power loss; ``synchronous="full"`` also fsyncs every commit.
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from collections.abc import Mapping, Sequence
 from heapq import heappush
@@ -38,6 +40,7 @@ from ..._policy import Policy, Slot, order_key
 from ..._request import Request, decode_request
 from ..base import Counters, Entry, Refetch, StoreCounts
 from . import log
+from .checkpoints import Checkpoints
 from .controls import SqliteControls
 from .due import Scheduling
 from .file import (
@@ -133,6 +136,7 @@ class SqliteStore(JobTables, Scheduling, Finishing, SqliteControls):
                     log.apply(self._db, {}, {})
                 with translate(path):
                     self._load()
+                self._checkpoints = self._start_checkpoints(synchronous)
             except BaseException:
                 self._db.close()
                 raise
@@ -142,6 +146,20 @@ class SqliteStore(JobTables, Scheduling, Finishing, SqliteControls):
         self._closed = False
 
     # -- opening --------------------------------------------------------------
+
+    def _start_checkpoints(self, synchronous: str) -> Checkpoints | None:
+        """Checkpoint in a thread (see `checkpoints`); if it cannot start, SQLite's own stay."""
+        try:
+            checkpoints = Checkpoints(self.path, synchronous)
+        except sqlite3.Error:
+            return None
+        try:
+            with translate(self.path):
+                self._db.execute("PRAGMA wal_autocheckpoint=0")
+        except BaseException:
+            checkpoints.close()
+            raise
+        return checkpoints
 
     def _forget(self, slot: Slot) -> None:
         del self._hosts[slot.name]
@@ -414,6 +432,8 @@ class SqliteStore(JobTables, Scheduling, Finishing, SqliteControls):
             pass  # the log is durable: the next open applies it
         finally:
             self._seen_filter.join(timeout=5)
+            if self._checkpoints is not None:
+                self._checkpoints.close()  # first: the last connection closed removes the WAL
             self._db.close()
             self._lock.release()
 
