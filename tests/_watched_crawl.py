@@ -8,8 +8,9 @@ Adds 200 requests over 10 hosts and 20 duplicates, pops 50 (acks 40,
 releases 5, holds 5), flushes and prints ``ready``. Then, for each line on
 stdin: ``pop N`` pops and acks N requests over about two seconds and prints
 ``popped``; ``later`` pops 3, releases two of them for 600 s and acks the
-third to be refetched in 1,200 s, and prints ``scheduled``; ``quit`` (or end of input) closes the frontier and exits. The
-frontier stays open in between: the watcher reads a running crawl.
+third to be refetched in 1,200 s, and prints ``scheduled``; ``quit`` (or
+end of input) closes the frontier and exits. The frontier stays open in
+between: the watcher reads a running crawl.
 """
 
 from __future__ import annotations
