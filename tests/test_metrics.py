@@ -177,9 +177,9 @@ def test_without_the_extra_the_error_names_it(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_the_scrapy_extension_serves_a_running_crawl(tmp_path: Path) -> None:
-    from .scrapy.test_retry_after import Server
+    from .scrapy._flaky import FlakySite
 
-    site = Server("127.0.0.1")
+    site = FlakySite("127.0.0.1")
     port = free_port()
     out = tmp_path / "scraped.txt"
     try:
