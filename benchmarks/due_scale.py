@@ -14,9 +14,10 @@ per request (worker wall time; on Redis also the server's CPU from ``/proc``).
 Then 2,000 ``pop`` calls with nothing due: microseconds per empty pop. A fresh
 process and a fresh job or redis-server (127.0.0.1, free port, stopped by its
 pid) per measurement; medians of ``--repeat`` runs. Ratios are against the
-smallest size in the same run: O(log n) makes 1,000 times more scheduled
-requests cost about log(10^7)/log(10^4) = 1.75 times more per request at most;
-O(n) would make it 1,000 times.
+smallest size in the same run: O(n) would make 1,000 times more scheduled
+requests cost about 1,000 times more per request; O(log n) a small factor:
+log(10^7)/log(10^4) = 1.75 in steps, more in time once the structure no
+longer fits in the CPU's caches (each step a cache miss).
 """
 
 from __future__ import annotations
