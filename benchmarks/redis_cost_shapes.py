@@ -11,7 +11,8 @@ them). It prints one JSON line after ``@@RESULT@@``.
 Shapes (crawlq through ``open_frontier``; ``k`` links per call, ``n`` requests):
 
 - ``add_new k``: ``add_many`` of k new links, no ack (never popped: nothing leased).
-- ``add_dup k``: ``add_many`` of k links all offered before.
+- ``add_dup k``: ``add_many`` of k links all offered before, by another
+  worker (links this worker met itself cost no call: ``crawlq._recent``).
 - ``add_ack k``: ``add_many`` of k new links with ``ack=`` one popped request.
 - ``add_pop k``: ``add_many`` of k new links that leases one request after
   them (``_expect_pops(1)``), then the pop that serves it from the prefetch.
@@ -170,7 +171,11 @@ def crawlq_shape(spec: Result, window: Window) -> Result:
         else:
             _fill(frontier, urls(0, 2_000))  # a crawl with queued hosts
         if shape == "add_dup":
-            _fill(frontier, items)
+            # Offered by another worker: this one's recently seen set does not
+            # know them, so the server's dedup is what is measured.
+            other = _frontier(spec)
+            _fill(other, items)
+            other.close()
         add_many, expect = frontier.add_many, frontier._expect_pops
 
         def adds(part: range) -> int:

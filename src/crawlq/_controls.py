@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     import threading
 
     from ._fingerprint import Fingerprinter
+    from ._recent import RecentlySeen
     from .stores.base import Store
 
 __all__ = ["HostControls", "HostPolicy"]
@@ -47,6 +48,7 @@ class HostControls:
 
     if TYPE_CHECKING:
         _store: Store
+        _recent: RecentlySeen | None
         _lock: threading.RLock
         _closed: bool
         url: str
@@ -143,4 +145,8 @@ class HostControls:
         if not fingerprints:
             return 0
         with self._lock:
-            return store.forget(fingerprints)
+            removed = store.forget(fingerprints)
+        recent = self._recent
+        if recent is not None:
+            recent.discard(fingerprints)  # a later add asks the store again
+        return removed

@@ -16,8 +16,9 @@ from ._fingerprint import Fingerprinter
 from ._finishing import Finishing
 from ._lease import Lease
 from ._policy import Policy
+from ._recent import RecentlySeen
 from ._request import MAX_URL_LENGTH, Request
-from .stores.base import Counters, Entry, HostCount, Store
+from .stores.base import Counters, Entry, HostCount, Refetch, Store
 
 __all__ = ["Counters", "Frontier", "FrontierStats", "HostCount", "Invalid"]
 
@@ -84,6 +85,7 @@ class Frontier(EntryChecks, Finishing, HostControls):
         "_max_url_length",
         "_needs_payload",
         "_origin",
+        "_recent",
         "_revisit",
         "_skipped",
         "_store",
@@ -115,6 +117,9 @@ class Frontier(EntryChecks, Finishing, HostControls):
         self._store_ack = store.ack
         self._store_pop = store.pop
         self._origin = store.origin
+        # A shared store's recently answered fingerprints (see crawlq._recent).
+        recent_seen = getattr(store, "recent_seen", None)
+        self._recent: RecentlySeen | None = None if recent_seen is None else recent_seen()
         self._closed = False
         self._skipped = 0
         # Held by a Scheduler's store thread for each of its batches of calls.
@@ -151,7 +156,9 @@ class Frontier(EntryChecks, Finishing, HostControls):
         """
         if self._closed:
             raise FrontierClosed(f"frontier {self.url} is closed")
-        return self._store_add((self._entry(request),))[0]
+        if self._recent is None:
+            return self._store_add((self._entry(request),))[0]
+        return self._add_known([self._entry(request)], ())[0]
 
     @overload
     def add_many(
@@ -237,7 +244,9 @@ class Frontier(EntryChecks, Finishing, HostControls):
                 raise InvalidRequest(f"lifo must be True, False or None, not {lifo!r}")
         else:
             lifo = None
-        if not entries and not finished:
+        if self._recent is not None:
+            added = self._add_known(entries, finished, lifo=lifo, refetch=refetch)
+        elif not entries and not finished:
             added = []
         elif refetch is not None:
             added = self._store.add(entries, finished, lifo=lifo, refetch=refetch)
@@ -254,9 +263,34 @@ class Frontier(EntryChecks, Finishing, HostControls):
         if skipped:
             self._skipped += len(skipped)
 
+    def _add_known(
+        self,
+        entries: list[Entry],
+        finished: Sequence[object],
+        *,
+        lifo: bool | None = None,
+        refetch: Sequence[Refetch | None] | None = None,
+    ) -> list[bool]:
+        """Add through the store's `RecentlySeen`: the links it knows are refused here."""
+        recent = self._recent
+        assert recent is not None
+        sent, known = recent.split(entries) if entries else (entries, None)
+        if not sent and not finished:
+            added = []
+        elif refetch is not None:
+            added = self._store.add(sent, finished, lifo=lifo, refetch=refetch)
+        elif lifo is not None:
+            added = self._store.add(sent, finished, lifo=lifo)
+        else:
+            added = self._store.add(sent, finished)
+        recent.learn(sent, added)
+        return added if known is None else recent.merge(added, known, len(entries))
+
     def _write(self, entries: list[Entry], leases: Sequence[Lease]) -> list[bool]:
         """Store prepared entries and end leases in one store operation (for `Scheduler`)."""
         self._check_open()
+        if self._recent is not None:
+            return self._add_known(entries, leases)
         return self._store.add(entries, leases) if entries or leases else []
 
     def _expect_pops(self, count: int | None) -> None:

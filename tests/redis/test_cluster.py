@@ -200,7 +200,12 @@ def test_a_new_higher_priority_request_on_another_shard_comes_next(redis_cluster
 def test_dedup_is_per_shard_so_a_fingerprint_in_two_download_slots_is_taken_twice(
     redis_cluster_url: str,
 ) -> None:
-    """Documented: dedup lives in the shard of a request's pacing slot."""
+    """Documented: dedup lives in the shard of a request's pacing slot.
+
+    The worker that met the fingerprint refuses it itself for a while (its
+    recently seen set, crawlq._recent), whatever the slot; another worker asks
+    the shard of the new slot, which has not seen it.
+    """
     one = "slot-0"
     other = next(
         f"slot-{i}"
@@ -212,11 +217,15 @@ def test_dedup_is_per_shard_so_a_fingerprint_in_two_download_slots_is_taken_twic
         for i in itertools.count(1)
         if f"slot-{i}" != one and shard_of(f"slot-{i}".encode(), 16) == shard_of(one.encode(), 16)
     )
-    with crawlq.open_frontier(_crawl(redis_cluster_url, "dedup")) as frontier:
+    url = _crawl(redis_cluster_url, "dedup")
+    with crawlq.open_frontier(url) as frontier, crawlq.open_frontier(url) as another:
         assert frontier.add(Request("https://a.example/x", meta={"download_slot": one}))
-        assert not frontier.add(Request("https://a.example/x", meta={"download_slot": same}))
-        assert frontier.add(Request("https://a.example/x", meta={"download_slot": other}))
+        assert not frontier.add(Request("https://a.example/x", meta={"download_slot": other}))
+        assert another.add(Request("https://a.example/x", meta={"download_slot": other}))
+        with crawlq.open_frontier(url) as third:  # the shard of `one` answers
+            assert not third.add(Request("https://a.example/x", meta={"download_slot": same}))
         assert frontier.seen(Request("https://a.example/x"))
+        assert frontier.stats().counters.accepted == 2
 
 
 def test_children_across_shards_are_stored_before_the_parents_ack(redis_cluster_url: str) -> None:

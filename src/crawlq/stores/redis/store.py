@@ -77,6 +77,7 @@ from typing import Any, Final
 from ..._errors import StoreError
 from ..._fingerprint import Fingerprinter
 from ..._policy import Policy
+from ..._recent import RecentlySeen
 from ..._request import Request
 from ..base import Entry, Refetch, StoreCounts
 from . import finishing
@@ -203,6 +204,8 @@ class RedisStore(FunctionCalls, Finishing, RedisControls):
             Counter() if policy.max_requests_per_host is None else None
         )
         self._host_accepted_at = time.monotonic()
+        # Fingerprints the frontier refuses without a call (`recent_seen`).
+        self._recent: RecentlySeen | None = None
         # Acks not sent yet: (id, token) pairs and their hosts. They travel in
         # the next call (a prefetch refill, an add), at the latest once
         # ack_delay has passed since the first of them (see `ack`).
@@ -333,22 +336,52 @@ class RedisStore(FunctionCalls, Finishing, RedisControls):
         if counts is not None:
             # The hosts of the accepted requests, counted in C.
             counts.update(map(_HOST, compress(entries, added)))
-            if time.monotonic() - self._host_accepted_at >= _ACCEPTED_EVERY:
-                self._send_host_accepted()
+        if (counts or self._recent is not None) and (
+            time.monotonic() - self._host_accepted_at >= _ACCEPTED_EVERY
+        ):
+            self._send_host_accepted()
         return added
 
+    def recent_seen(self) -> RecentlySeen | None:
+        """The fingerprints the frontier may refuse without a call (see ``crawlq._recent``).
+
+        None for a crawl whose dedup expires (``seen_ttl``): a fingerprint
+        seen a moment ago may be new again now. The requests refused there
+        are counted as duplicates with this worker's per-host counts, once a
+        second, and in `counts` at once.
+        """
+        if self._dedup.timed:
+            return None
+        if self._recent is None:
+            self._recent = RecentlySeen(capped=self._host_accepted is None)
+        return self._recent
+
     def _send_host_accepted(self) -> None:
-        """Add this worker's per-host accepted counts to the crawl's, in one round trip."""
+        """Add this worker's per-host accepted counts and its own refusals to the crawl's.
+
+        One round trip. A request the frontier refused from `recent_seen`
+        was offered and is a duplicate: read.lua counts duplicates as seq -
+        seq0 - the rest, so they lower seq0 (seq numbers requests).
+        """
         counts = self._host_accepted
         self._host_accepted_at = time.monotonic()
-        if not counts:
+        hits = 0 if self._recent is None else self._recent.take_hits()
+        commands = []
+        if counts:
+            key = self._prefix + b"accepted"
+            commands = [(b"HINCRBY", key, host.encode(), b"%d" % n) for host, n in counts.items()]
+        if hits:
+            commands.append((b"HINCRBY", self._prefix + b"meta", b"seq0", b"%d" % -hits))
+        if not commands:
             return
-        key = self._prefix + b"accepted"
-        self._link.commands(
-            [(b"HINCRBY", key, host.encode(), b"%d" % n) for host, n in counts.items()],
-            "counting accepted requests",
-        )
-        counts.clear()
+        try:
+            self._link.commands(commands, "counting accepted requests")
+        except BaseException:
+            if self._recent is not None:
+                self._recent.give_back_hits(hits)
+            raise
+        if counts:
+            counts.clear()
 
     def pop(self) -> Request | None:
         buffer = self._buffer
@@ -408,6 +441,8 @@ class RedisStore(FunctionCalls, Finishing, RedisControls):
     def counts(self) -> StoreCounts:
         self.flush()  # the server's lease counts then include this worker's acks
         queued, leased, seen, *figures, scheduled, revisits, due_in = self._read(b"counts")
+        if self._recent is not None:
+            figures[1] += self._recent.hits  # refused here, not sent yet
         # This store's own prefetched requests are not handed out yet.
         mine = len(self._buffer)
         counters = server_counters(figures, leased, mine)

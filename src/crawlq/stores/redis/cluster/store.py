@@ -54,6 +54,7 @@ from typing import Any, Final
 from ...._errors import ConfigError, StoreError
 from ...._fingerprint import Fingerprinter
 from ...._policy import Policy
+from ...._recent import RecentlySeen
 from ...._request import Request
 from ...base import Entry, HostList, Refetch, StoreCounts, merge_hosts, sum_counts
 from ..client import redis_module
@@ -407,6 +408,14 @@ class ClusterStore:
 
     def forget(self, fingerprints: Sequence[bytes]) -> int:
         return sum(shard.forget(fingerprints) for shard in self._shards)
+
+    def recent_seen(self) -> RecentlySeen | None:
+        """The first shard's `RedisStore.recent_seen`, for the whole crawl.
+
+        A link the frontier refuses there costs no call to its own shard;
+        the first shard counts the refusals (counters are summed over shards).
+        """
+        return self._shards[0].recent_seen()
 
     def host_counts(self, limit: int) -> HostList:
         return merge_hosts([shard.host_counts(limit) for shard in self._shards], limit)
