@@ -1,14 +1,15 @@
-"""The Redis Cluster benchmark: the W2 crawl step by worker processes, four setups, one run.
+"""The Redis Cluster benchmark: the W2 crawl step by worker processes, per setup, one run.
 
-``python -m benchmarks.cluster [--quick] [--repeat N] [--workers N] [--output FILE]``
+``python -m benchmarks.cluster [--quick] [--repeat N] [--workers N] [--primaries 1,3,6]
+[--pin CPU|off] [--output FILE]``
 
 Measures the W2 step a user's loop makes (dequeue one request, offer its five
 children from the W2 plan, half of them already seen, ack it) by ``--workers``
 processes started together, on:
 
 - crawlq on one plain redis-server (``redis://``),
-- crawlq on a Redis Cluster of 1 primary (``redis+cluster://``, 16 shards),
-- crawlq on a Redis Cluster of 3 primaries (16 shards),
+- crawlq on a Redis Cluster of each size in ``--primaries`` (default 1, 3 and
+  6 primaries; ``redis+cluster://``, 16 shards),
 - scrapy-redis on one plain redis-server (its PriorityQueue and RFPDupeFilter,
   as `benchmarks.peers.ScrapyRedis` drives it).
 
@@ -21,6 +22,15 @@ workers``...). The timed section runs from "go" to the last worker's end; the
 servers' CPU is read from ``/proc`` around it. After it, the rest of the
 queue is drained (untimed) and the run is checked: every seed and distinct
 child dequeued exactly once, and crawlq's counters agree.
+
+Pinning (``--pin``, default CPU 1): every setup is measured twice per repeat,
+once with the workers and every redis-server pinned to that one CPU (``taskset
+-c 1`` for the servers, ``sched_setaffinity`` for the workers): the CPU
+figures come from these; once unpinned: the steps/s come from these. On this
+machine a round trip costs a server more CPU when its client runs on another
+core, which would blur CPU ratios between setups whose processes land on
+cores differently. ``--pin off`` measures unpinned only and takes both from
+those runs.
 
 ``src/crawlq`` is copied at start, so the whole run measures the same code.
 Writes ``benchmarks/CLUSTER.md`` (also printed) and the raw results to
@@ -51,9 +61,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import workloads
-from benchmarks.cluster_report import SETUPS, SHARDS, Setup, render
+from benchmarks.cluster_capacity import DERIVED
+from benchmarks.cluster_report import SHARDS, Setup, render, setups
 from benchmarks.cluster_workers import Job, check, session, timed
-from benchmarks.redis_servers import servers, shard_spread
+from benchmarks.redis_servers import crawl_tags, placement, servers, shards_per_node
 
 HERE = Path(__file__).resolve().parent
 Result = dict[str, Any]
@@ -70,14 +81,22 @@ def log(message: str) -> None:
 # -- one measurement ---------------------------------------------------------------------
 
 
-def measure(setup: Setup, args: argparse.Namespace, steps: int, run: int, root: Path) -> Result:
+def measure(
+    setup: Setup,
+    args: argparse.Namespace,
+    steps: int,
+    run: int,
+    root: Path,
+    cpus: tuple[int, ...] | None,
+) -> Result:
     """One fresh measurement: fresh servers, the seeds, the timed workers, then the check.
 
+    ``cpus``: pin the servers and the worker processes there (None: unpinned).
     The crawl is named "bench" every time (the servers are new), so its shards
     sit on the same primaries in every run.
     """
     crawl = "bench"
-    with servers(setup.primaries, root / f"{setup.key}-{run}") as nodes:
+    with servers(setup.primaries, root / f"{setup.key}-{run}", cpus) as nodes:
         where = ",".join(f"127.0.0.1:{n.port}" for n in nodes[:2])
         if setup.primaries:
             url, options = f"redis+cluster://{where}/?crawl={crawl}", {"shards": SHARDS}
@@ -85,7 +104,7 @@ def measure(setup: Setup, args: argparse.Namespace, steps: int, run: int, root: 
             url, options = f"redis://{where}/0?crawl={crawl}", {}
         else:
             url, options = f"redis://{where}/0", {}
-        job = Job(setup.impl, url, options, SEEDS, steps, HOSTS, args.workers)
+        job = Job(setup.impl, url, options, SEEDS, steps, HOSTS, args.workers, cpus)
         plan = job.plan()
         seeder = session(job)
         try:
@@ -98,7 +117,10 @@ def measure(setup: Setup, args: argparse.Namespace, steps: int, run: int, root: 
         if "error" not in result:
             result["check"] = check(job, result.pop("urls"))
         if setup.primaries:
-            result["shards_per_primary"] = shard_spread(nodes, crawl)
+            # in node order, as primary_us; the tags let the report place them on N primaries
+            result["shards_per_node"] = shards_per_node(nodes, crawl)
+            result["shards_per_primary"] = sorted(result["shards_per_node"], reverse=True)
+            result["tags"] = crawl_tags(nodes, crawl)
     return result
 
 
@@ -149,6 +171,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeat", type=int, default=3, help="runs per setup (default 3)")
     parser.add_argument("--workers", type=int, default=4, help="worker processes (default 4)")
     parser.add_argument(
+        "--primaries",
+        type=_sizes,
+        default=(1, 3, 6),
+        help="Redis Cluster sizes to measure, comma-separated (default 1,3,6)",
+    )
+    parser.add_argument(
+        "--pin",
+        type=_pin,
+        default=(1,),
+        help="CPU for the pinned runs that give the CPU figures (default 1); "
+        "'off': unpinned runs only",
+    )
+    parser.add_argument(
         "--output",
         type=Path,
         default=HERE / "CLUSTER.md",
@@ -157,7 +192,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.repeat < 1 or args.workers < 1:
         parser.error("--repeat and --workers must be at least 1")
+    if args.pin and not set(args.pin) <= os.sched_getaffinity(0):
+        parser.error(f"--pin {args.pin[0]}: this process may run on {os.sched_getaffinity(0)}")
     return args
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    sizes = tuple(sorted({int(n) for n in text.split(",") if n.strip()}))
+    if not sizes or sizes[0] < 1 or 2 in sizes:
+        # redis-cli --cluster create joins 3 or more; make_cluster gives 1 every slot itself
+        raise argparse.ArgumentTypeError("cluster sizes are 1, or whole numbers of 3 or more")
+    return sizes
+
+
+def _pin(text: str) -> tuple[int, ...] | None:
+    if text == "off":
+        return None
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError("a CPU number, or off")
+    return (int(text),)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -165,42 +218,56 @@ def main(argv: list[str] | None = None) -> int:
     steps = STEPS["quick" if args.quick else "full"]
     started, clock = dt.datetime.now(dt.UTC), perf()
     load_start = os.getloadavg()[0]
-    runs: dict[str, list[Result]] = {s.key: [] for s in SETUPS}
+    chosen = setups(args.primaries)
+    # pinned first in each repeat, then unpinned, every setup once in each: noise spreads
+    modes = [("pinned", args.pin), ("unpinned", None)] if args.pin else [("unpinned", None)]
+    runs: dict[str, list[Result]] = {s.key: [] for s in chosen}
+    total, n = args.repeat * len(modes) * len(chosen), 0
     with tempfile.TemporaryDirectory(prefix="crawlq-bench-cluster-") as tmp:
         root = Path(tmp)
-        log(f"crawlq from {freeze(root)}; {args.repeat} x {len(SETUPS)} runs of {steps:,} steps")
+        log(f"crawlq from {freeze(root)}; {total} runs of {steps:,} steps")
         where = environment()
         for repeat in range(args.repeat):
-            for n, setup in enumerate(SETUPS, 1 + repeat * len(SETUPS)):
-                begin = perf()
-                try:
-                    result = measure(setup, args, steps, n, root)
-                except Exception as exc:  # keep going: the report shows the error
-                    result = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
-                result["wall_s"] = perf() - begin
-                result["load1"] = os.getloadavg()[0]
-                runs[setup.key].append(result)
-                outcome = result.get("error") or result.get("check")
-                rate = result.get("steps_rate", 0.0)
-                log(
-                    f"[{n}/{args.repeat * len(SETUPS)} {perf() - clock:5.0f}s] {setup.label}: "
-                    f"{rate:,.0f} steps/s, {result.get('server_us', 0):.1f} us/step server, "
-                    f"{result['wall_s']:.0f}s: {outcome}"
-                )
+            for mode, cpus in modes:
+                for setup in chosen:
+                    n += 1
+                    begin = perf()
+                    try:
+                        result = measure(setup, args, steps, n, root, cpus)
+                    except Exception as exc:  # keep going: the report shows the error
+                        result = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
+                    result.update(mode=mode, repeat=repeat, wall_s=perf() - begin)
+                    result["load1"] = os.getloadavg()[0]
+                    runs[setup.key].append(result)
+                    outcome = result.get("error") or result.get("check")
+                    log(
+                        f"[{n}/{total} {perf() - clock:5.0f}s] {setup.label}, {mode}: "
+                        f"{result.get('steps_rate', 0.0):,.0f} steps/s, "
+                        f"{result.get('server_us', 0):.1f} us/step server, "
+                        f"{result['wall_s']:.0f}s: {outcome}"
+                    )
     document = {
         "started": started.isoformat(),
         "argv": sys.argv[1:] if argv is None else argv,
         "quick": args.quick,
         "repeat": args.repeat,
         "workers": args.workers,
+        "primaries": list(args.primaries),
+        "pin": list(args.pin) if args.pin else None,
         "steps": steps,
         "seeds": SEEDS,
         "seconds": perf() - clock,
         "load_start": load_start,
-        "setups": [asdict(s) for s in SETUPS],
+        "shards": SHARDS,
+        "setups": [asdict(s) for s in chosen],
         "runs": runs,
         "environment": where,
     }
+    # where redis-cli would put the crawl's shards on each size, measured or derived
+    tags = next((r["tags"] for rs in runs.values() for r in rs if "tags" in r), None)
+    if tags:
+        sizes = sorted({*args.primaries, *DERIVED})
+        document["placements"] = {str(n): placement(tags, n) for n in sizes}
     raw = HERE / "results" / f"cluster-{started:%Y%m%d-%H%M%S}{'-quick' if args.quick else ''}.json"
     raw.parent.mkdir(exist_ok=True)
     raw.write_text(json.dumps(document, indent=1) + "\n")

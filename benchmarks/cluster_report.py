@@ -1,14 +1,17 @@
 """The Redis Cluster benchmark's setups and its report (`benchmarks.cluster` runs them).
 
-Renders ``benchmarks/CLUSTER.md`` from a run's raw results: the figures per
-setup, ratios to scrapy-redis, where the servers' time goes, and a capacity
-table computed from the server CPU per step.
+Renders ``benchmarks/CLUSTER.md`` from a run's raw results: the issue's
+targets as ratios of this run, the figures per setup, ratios to scrapy-redis,
+where the servers' time goes, and the capacity from the busiest primary and
+the shards' real placement. CPU figures come from the pinned runs (the
+unpinned ones when the run had none), steps/s from the unpinned ones. The
+capacity table and the method are in ``benchmarks.cluster_capacity``.
 """
 
 from __future__ import annotations
 
-import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,37 +29,68 @@ class Setup:
     primaries: int  # 0: one plain redis-server
 
 
-SETUPS = (
-    Setup("crawlq-redis", "crawlq, one redis-server", "crawlq", 0),
-    Setup("crawlq-cluster-1", f"crawlq, Redis Cluster, 1 primary ({SHARDS} shards)", "crawlq", 1),
-    Setup("crawlq-cluster-3", f"crawlq, Redis Cluster, 3 primaries ({SHARDS} shards)", "crawlq", 3),
-    Setup("scrapy-redis", "scrapy-redis, one redis-server", "scrapy-redis", 0),
-)
-PEER = "scrapy-redis"
+def setups(primaries: Sequence[int] = (1, 3, 6)) -> tuple[Setup, ...]:
+    """crawlq on one server, on a cluster of each size in ``primaries``, then scrapy-redis."""
+    clusters = (
+        Setup(
+            f"crawlq-cluster-{n}",
+            f"crawlq, Redis Cluster, {n} primar{'y' if n == 1 else 'ies'} ({SHARDS} shards)",
+            "crawlq",
+            n,
+        )
+        for n in primaries
+    )
+    return (
+        Setup(ONE, "crawlq, one redis-server", "crawlq", 0),
+        *clusters,
+        Setup(PEER, "scrapy-redis, one redis-server", "scrapy-redis", 0),
+    )
 
 
-# -- the report --------------------------------------------------------------------------
+ONE, PEER = "crawlq-redis", "scrapy-redis"
+SETUPS = setups()
+#: The figures taken from the unpinned runs; every other one comes from the pinned runs.
+UNPINNED_FIGURES = {"steps_rate"}
 
 
-def _median(runs: list[Result], name: str) -> float | None:
-    values = [r[name] for r in runs if name in r]
+# -- reading the runs --------------------------------------------------------------------
+
+
+def cpu_mode(document: Result) -> str:
+    """The runs the CPU figures come from: "pinned", or "unpinned" for a run without."""
+    return "pinned" if document.get("pin") else "unpinned"
+
+
+def runs_of(document: Result, key: str, name: str, mode: str | None = None) -> list[Result]:
+    """The runs of setup ``key`` that figure ``name`` is taken from (or those of ``mode``)."""
+    mode = mode or ("unpinned" if name in UNPINNED_FIGURES else cpu_mode(document))
+    return [r for r in document["runs"].get(key, []) if r.get("mode", "unpinned") == mode]
+
+
+def median(document: Result, key: str, name: str, mode: str | None = None) -> float | None:
+    values = [r[name] for r in runs_of(document, key, name, mode) if name in r]
     return statistics.median(values) if values else None
 
 
-def _figure(runs: list[Result], name: str, fmt: str) -> str:
-    """The median of ``name`` over ``runs``, with ± half the min-max range relative to it."""
-    values = [r[name] for r in runs if name in r]
+def figure(document: Result, key: str, name: str, fmt: str, mode: str | None = None) -> str:
+    """The median of ``name``, with ± half the min-max range relative to it."""
+    values = [r[name] for r in runs_of(document, key, name, mode) if name in r]
     if not values:
         return "-"
-    median = statistics.median(values)
-    spread = (max(values) - min(values)) / 2 / median if median else 0.0
-    return f"{median:{fmt}} ± {spread:.0%}"
+    middle = statistics.median(values)
+    spread = (max(values) - min(values)) / 2 / middle if middle else 0.0
+    return f"{middle:{fmt}} ± {spread:.0%}"
 
 
-def _ratio(mine: float | None, peer: float | None, cost: bool) -> str:
-    if not mine or not peer:
-        return "-"
-    return f"{(peer / mine if cost else mine / peer):.2f}"
+def paired(document: Result, mine: tuple[str, str], peer: tuple[str, str]) -> list[float]:
+    """Per repeat, ``mine`` over ``peer`` (setup key, figure), where both runs have it."""
+    found = {}
+    for side, (key, name) in enumerate((mine, peer)):
+        for r in runs_of(document, key, name):
+            if name in r:
+                found[side, r.get("repeat")] = r[name]
+    repeats = {repeat for side, repeat in found if side == 0}
+    return [found[0, k] / found[1, k] for k in sorted(repeats) if found.get((1, k))]
 
 
 def _checks(runs: list[Result]) -> str:
@@ -66,47 +100,111 @@ def _checks(runs: list[Result]) -> str:
     return f"ok {ok}/{len(runs)}" + "".join(f"; {p}" for p in problems)
 
 
-def _pages(rate: float) -> str:
-    """``rate`` rounded to 3 significant figures, with thousands separators."""
-    return f"{round(rate, 2 - math.floor(math.log10(rate))):,.0f}"
+def _ratio(mine: float | None, peer: float | None, cost: bool) -> str:
+    if not mine or not peer:
+        return "-"
+    return f"{(peer / mine if cost else mine / peer):.2f}"
+
+
+def _setups(document: Result) -> list[Setup]:
+    return [Setup(**s) for s in document["setups"]]
+
+
+# -- the tables --------------------------------------------------------------------------
+
+
+def targets_table(document: Result) -> list[str]:
+    """The issue's four targets, each a ratio of this run's medians, with the per-repeat range."""
+    d, workers = document, document["workers"]
+    three = "crawlq-cluster-3"
+    rows = [
+        (
+            "3-primary cluster W2: all primaries' server CPU per step / one server's",
+            (three, "server_us"),
+            (ONE, "server_us"),
+            "<=",
+            1.3,
+        ),
+        (
+            "one server's server CPU per step / the 3-primary cluster's busiest primary's",
+            (ONE, "server_us"),
+            (three, "busiest_us"),
+            ">=",
+            2.3,
+        ),
+        (
+            f"W2 steps/s per worker process (of {workers}), one server: crawlq / scrapy-redis,"
+            " unpinned",
+            (ONE, "steps_rate"),
+            (PEER, "steps_rate"),
+            ">=",
+            4.0,
+        ),
+        (
+            "W2 one server: server CPU per step, crawlq / scrapy-redis",
+            (ONE, "server_us"),
+            (PEER, "server_us"),
+            "<=",
+            0.33,
+        ),
+    ]
+    lines = [
+        "| target | this run | per repeat | wanted | met |",
+        "| --- | ---: | ---: | ---: | --- |",
+    ]
+    for text, mine, peer, sense, wanted in rows:
+        top, bottom = median(d, *mine), median(d, *peer)
+        each = paired(d, mine, peer)
+        if not top or not bottom:
+            lines.append(f"| {text} | not measured | - | {sense} {wanted} | - |")
+            continue
+        ratio = top / bottom
+        met = ratio <= wanted if sense == "<=" else ratio >= wanted
+        span = f"{min(each):.2f}-{max(each):.2f}" if each else "-"
+        verdict = "yes" if met else "**no**"
+        lines.append(f"| {text} | {ratio:.2f}x | {span} | {sense} {wanted} | {verdict} |")
+    return lines
 
 
 def results_table(document: Result) -> list[str]:
     """The per-setup table and the crawlq / scrapy-redis ratios."""
-    runs = document["runs"]
+    d = document
+    cpu, workers = cpu_mode(d), d["workers"]
     lines = [
-        "| implementation | steps/s (all workers) | server CPU us/step (all primaries) "
-        "| busiest primary us/step | client CPU us/step | empty pops | check |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
+        "| implementation | steps/s, all workers (unpinned) | steps/s per worker (unpinned) "
+        f"| server CPU us/step, all primaries ({cpu}) | busiest primary us/step ({cpu}) "
+        f"| client CPU us/step ({cpu}) | server CPU us/step (unpinned) | empty pops (most) "
+        "| check |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
-    for setup in SETUPS:
-        r = runs[setup.key]
-        empty = _median(r, "empty_pops")
+    for setup in _setups(d):
+        rate = median(d, setup.key, "steps_rate")
+        empty = [r.get("empty_pops", 0) for r in d["runs"][setup.key] if "empty_pops" in r]
         cells = [
             setup.label,
-            _figure(r, "steps_rate", ",.0f"),
-            _figure(r, "server_us", ".1f"),
-            _figure(r, "busiest_us", ".1f"),
-            _figure(r, "client_us", ",.0f"),
-            "-" if empty is None else f"{empty:,.0f}",
-            _checks(r),
+            figure(d, setup.key, "steps_rate", ",.0f"),
+            "-" if rate is None else f"{rate / workers:,.0f}",
+            figure(d, setup.key, "server_us", ".1f"),
+            figure(d, setup.key, "busiest_us", ".1f"),
+            figure(d, setup.key, "client_us", ",.0f"),
+            figure(d, setup.key, "server_us", ".1f", "unpinned") if cpu == "pinned" else "-",
+            f"{max(empty):,}" if empty else "-",
+            _checks(d["runs"][setup.key]),
         ]
         lines.append(f"| {' | '.join(cells)} |")
-    peer = runs[PEER]
     lines += [
         "",
         "crawlq / scrapy-redis, medians of this run (above 1: crawlq better; for the CPU "
-        "costs, scrapy-redis's over crawlq's):",
+        f"costs, scrapy-redis's over crawlq's; CPU from the {cpu} runs, steps/s unpinned):",
         "",
         "| crawlq on | steps/s | server CPU per step | busiest primary per step |",
         "| --- | ---: | ---: | ---: |",
     ]
-    for setup in SETUPS:
+    for setup in _setups(d):
         if setup.impl != "crawlq":
             continue
-        r = runs[setup.key]
         cells = [
-            _ratio(_median(r, name), _median(peer, name), cost)
+            _ratio(median(d, setup.key, name), median(d, PEER, name), cost)
             for name, cost in (("steps_rate", False), ("server_us", True), ("busiest_us", True))
         ]
         lines.append(f"| {setup.label.removeprefix('crawlq, ')} | {' | '.join(cells)} |")
@@ -119,8 +217,8 @@ def commands_table(document: Result) -> list[str]:
         "| implementation | commands per step: calls x, and us inside the command |",
         "| --- | --- |",
     ]
-    for setup in SETUPS:
-        runs = [r["commands"] for r in document["runs"][setup.key] if "commands" in r]
+    for setup in _setups(document):
+        runs = [r["commands"] for r in runs_of(document, setup.key, "commands") if "commands" in r]
         names = {name for commands in runs for name in commands}
         medians = {
             name: [statistics.median(c.get(name, [0.0, 0.0])[i] for c in runs) for i in (0, 1)]
@@ -132,155 +230,88 @@ def commands_table(document: Result) -> list[str]:
     return lines
 
 
-def capacity_table(document: Result) -> list[str]:
-    """Pages/s from the server CPU per step: K / c on K primaries, 1 / c on one server."""
-    runs = document["runs"]
-    c3 = _median(runs["crawlq-cluster-3"], "server_us")
-    rows = [
-        ("crawlq, one redis-server", 1, _median(runs["crawlq-redis"], "server_us")),
-        ("scrapy-redis, one redis-server", 1, _median(runs[PEER], "server_us")),
-        ("crawlq, Redis Cluster, 1 primary", 1, _median(runs["crawlq-cluster-1"], "server_us")),
-        *((f"crawlq, Redis Cluster, {k} primaries", k, c3) for k in (3, 10, 30)),
-    ]
-    lines = [
-        "| frontier | server cores (primaries) | server CPU us/step | pages/s ceiling |",
-        "| --- | ---: | ---: | ---: |",
-    ]
-    for name, cores, cost in rows:
-        cells = ("-", "-") if not cost else (f"{cost:.1f}", _pages(cores * 1e6 / cost))
-        lines.append(f"| {name} | {cores} | {cells[0]} | {cells[1]} |")
-    busiest = _median(runs["crawlq-cluster-3"], "busiest_us")
-    spreads = {
-        tuple(r["shards_per_primary"])
-        for r in runs["crawlq-cluster-3"]
-        if "shards_per_primary" in r
-    }
-    single = _median(runs["crawlq-redis"], "server_us")
-    if single and c3:
-        lines += [
-            "",
-            f"A step costs the 3-primary cluster {c3 / single:.1f} times the server CPU it "
-            f"costs one redis-server, so a cluster serves more pages than one server from "
-            f"about {c3 / single:.1f} primaries on (evenly loaded).",
-        ]
-    if busiest and c3:
-        split = " or ".join("/".join(map(str, s)) for s in sorted(spreads))
-        lines += [
-            "",
-            f"The cluster rows use c = {c3:.1f} us, the 3-primary cluster's total server CPU "
-            f"per step. On that cluster the {SHARDS} shards sit {split} on its primaries, so "
-            f"its busiest primary spends {busiest:.1f} us per step "
-            f"({busiest / c3:.0%} of the total, {1 / 3:.0%} if even): the 3-primary cluster "
-            f"as measured saturates its busiest core at about {_pages(1e6 / busiest)} pages/s.",
-        ]
-    return lines
-
-
-METHOD = f"""\
-## Method
-
-- **The step** is W2's (`benchmarks/workloads.py`, `w2_plan`): dequeue one
-  request, offer its 5 children (half already offered earlier), ack it. crawlq:
-  `frontier.pop()` then `frontier.add_many(children, ack=request)`, one call;
-  scrapy-redis: `next_request()` then `enqueue_request` for each child (it has
-  no ack). A step is a page of a crawl without the fetch.
-- **Workers**: N processes (multiprocessing spawn) open their frontier, build
-  their requests, then wait on one event; the timed section runs from that
-  "go" to the last worker's end. Worker `i` takes steps `i, i + N, i + 2N...`
-  of the plan. 1,000 seeds go in first, untimed. crawlq runs with
-  `host_delay=0`, no host concurrency limit (the defaults).
-- **Servers**: every measurement starts fresh redis-servers on free 127.0.0.1
-  ports (no RDB, no AOF), stopped by their pids at its end. The clusters have
-  no replicas; 3 primaries are joined by `redis-cli --cluster create`;
-  `redis-cli` refuses fewer than 3, so the 1-primary cluster gets every slot
-  with `CLUSTER ADDSLOTSRANGE 0 16383`. The crawl has {SHARDS} shards (`shards`
-  option, the default).
-- **Server CPU** is utime + stime of each redis-server from `/proc/PID/stat`
-  (10 ms ticks) read before "go" and after the last worker's end: the total
-  over all primaries per step, and the busiest primary's per step. It includes
-  the servers' background work (cron, cluster bus), a small share over
-  sections of seconds. **Client CPU** is the workers' own CPU time over
-  their steps, summed, per step. The **commands** table comes from
-  `INFO commandstats` (after `CONFIG RESETSTAT`), outside the CPU readings.
-- **Hosts and shards**: W2's children are on hosts drawn at random among
-  1,000, so the 5 children of a step mostly fall in different shards; on a
-  cluster a step is then one function call per shard it touches (children
-  first, the parent's ack last), where one server takes one call. A crawl
-  whose links stay mostly on the page's host touches fewer shards per page.
-- **Figures** are medians of the repeats, each on fresh servers with fresh
-  worker processes; repeats are interleaved (every setup once, then again), so
-  noise spreads over all setups. ± is half the min-max range relative to the
-  median. `src/crawlq` is copied at start, so the whole run measures the same
-  code.
-- **Correctness**, untimed, after each run: the rest of the queue is drained
-  (crawlq: `pop` + `ack`); every seed and every distinct child must come out
-  exactly once over the workers and the drain; for crawlq, its counters must
-  agree: accepted = distinct URLs = acked = popped, duplicates = offers -
-  accepted, nothing queued, leased, released or expired. "empty pops" counts
-  pops that found nothing ready and were retried after 1 ms (none expected:
-  the queue only grows).
-
-## Why CPU per step, and the capacity estimate
-
-This machine has 2 cores for N workers and up to 3 redis-servers, so the
-wall-clock steps/s measures how they share 2 cores, not how a cluster scales:
-adding primaries here only adds processes to the same 2 cores. What scales is
-the server CPU per step: Redis runs commands on one thread, so one server
-tops out at 1 / c steps/s when a step costs it c seconds of CPU, and a
-cluster of K primaries, with the steps spread evenly over them, at K / c.
-
-The estimate assumes: (1) the steps spread evenly over the primaries, which
-needs hosts spread over many shards and shards spread evenly over the
-primaries: a crawl's `shards` must be at least K, and a multiple of K or much
-larger than K (with {SHARDS} shards at most {SHARDS} primaries hold any, and 3
-primaries hold them unevenly, see the busiest primary); (2) the per-step
-server cost measured at 3 primaries holds at K primaries (a step touches one
-shard for the children of one host, more for children over several hosts;
-a worker's peeks over the shards grow with the shard count, not with K);
-(3) enough client cores: N workers need about pages/s x client CPU per step
-of CPU (see the client column), and enough workers to hide the network
-round trips, which loopback here makes small; (4) no replicas (`replicas=N`
-adds the replicas' work and a WAIT per write). On this loaded machine (see
-the load average) a server shares its core with the workers, and context
-switches and shared caches make its CPU per step higher than on a core of its
-own: the ceilings are on the low side, and ratios within one run are the
-figures to compare.
-"""
+def pinning(document: Result) -> str:
+    """Where the processes ran, and whether every run's affinity says so."""
+    d = document
+    if not d.get("pin"):
+        return (
+            "Nothing was pinned (`--pin off`): the CPU figures come from the same unpinned "
+            "runs as the steps/s, with workers and servers free to use every core."
+        )
+    cpus = ",".join(map(str, d["pin"]))
+    wrong = []
+    for key, runs in d["runs"].items():
+        for r in runs:
+            if "worker_cpus" not in r:
+                continue
+            allowed = (r["worker_cpus"], r["server_cpus"])
+            if r.get("mode") == "pinned" and allowed != (d["pin"], d["pin"]):
+                wrong.append(f"{key} pinned run {r.get('repeat')}: {allowed}")
+            if r.get("mode") == "unpinned" and d["pin"] in allowed:
+                wrong.append(f"{key} unpinned run {r.get('repeat')}: {allowed}")
+    checked = (
+        "read back from /proc after every run: as intended"
+        if not wrong
+        else "read back from /proc after every run, **not as intended**: " + "; ".join(wrong)
+    )
+    return (
+        "**Pinning.** The CPU figures (server and client CPU per step, the capacity table, the "
+        f"CPU targets) come from runs with the {d['workers']} workers and every redis-server "
+        f"pinned to CPU {cpus}: `taskset -c {cpus}` for the servers (all their threads), "
+        f"`sched_setaffinity` to CPU {cpus} for each worker process. On this machine a round "
+        "trip costs a server more CPU when its client sits on another core, so unpinned CPU "
+        "figures shift with where the scheduler puts the processes. The steps/s come from "
+        "separate unpinned runs of the same setups (fresh processes, free to use every core); "
+        f"the table also shows their server CPU for comparison. Affinity {checked}."
+    )
 
 
 def render(document: Result) -> str:
     """The markdown report."""
+    from benchmarks.cluster_capacity import METHOD, capacity_section
+
     d = document
     loads = [r["load1"] for runs in d["runs"].values() for r in runs if "load1" in r]
     command = " ".join(["python -m benchmarks.cluster", *d["argv"]])
     started, quick = d["started"][:16].replace("T", " "), " (QUICK size)" if d["quick"] else ""
+    modes = "a pinned and an unpinned run" if d.get("pin") else "one unpinned run"
     lines = [
         "# Redis Cluster benchmark",
         "",
         f"`{command}`, started {started} UTC, ran {d['seconds'] / 60:.1f} minutes{quick}. "
         f"The W2 crawl step: {d['steps']:,} steps after {d['seeds']:,} seeds, by "
-        f"{d['workers']} worker processes started together. Medians of {d['repeat']} fresh "
-        "runs, interleaved; ± is half the min-max range, relative to the median. 1-minute "
-        f"load average: {d['load_start']:.1f} at the start, median "
+        f"{d['workers']} worker processes started together. Per setup and repeat, {modes}; "
+        f"medians of {d['repeat']} fresh runs each, interleaved; ± is half the min-max range, "
+        "relative to the median. 1-minute load average: "
+        f"{d['load_start']:.1f} at the start, median "
         f"{statistics.median(loads) if loads else 0:.1f} and max {max(loads, default=0):.1f} "
         "after each measurement.",
         "",
         d["environment"],
+        "",
+        pinning(d),
+        "",
+        "## Targets",
+        "",
+        "Each a ratio of this run's medians (CPU from the "
+        f'{cpu_mode(d)} runs, steps/s unpinned); "per repeat" is the range of the same ratio '
+        "within each repeat.",
+        "",
+        *targets_table(d),
         "",
         "## Results",
         "",
         *results_table(d),
         "",
         "Where the servers' time goes: `INFO commandstats`, reset before and read after the "
-        "timed section, all primaries summed, medians; the 5 commands with the most time. "
-        "The commands crawlq's functions run count on their own lines and inside `fcall`'s "
-        "time; a command's time excludes reading, parsing and replying.",
+        f"timed section, all primaries summed, medians of the {cpu_mode(d)} runs; the 5 "
+        "commands with the most time. The commands crawlq's functions run count on their own "
+        "lines and inside `fcall`'s time; a command's time excludes reading, parsing and "
+        "replying.",
         "",
         *commands_table(d),
         "",
-        "## Capacity: pages/s from the server CPU per step",
-        "",
-        *capacity_table(d),
+        *capacity_section(d),
         "",
         METHOD,
     ]

@@ -4,14 +4,16 @@
 is one process's connection to the frontier under test (``Crawlq``: ``pop()``
 then ``add_many(children, ack=request)``; ``ScrapyRedis``: ``next_request()``
 then ``enqueue_request`` per child), and its ``steps`` is the timed loop.
-``timed`` starts the worker processes together, times their steps and reads
-the servers' CPU around them; ``check`` drains what is left and verifies that
-every URL came out exactly once (and, for crawlq, its counters).
+``timed`` starts the worker processes together, times their steps, reads the
+servers' CPU around them and notes where workers and servers were allowed to
+run (``Job.cpus`` pins the workers); ``check`` drains what is left and
+verifies that every URL came out exactly once (and, for crawlq, its counters).
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import os
 import queue
 import time
 import warnings
@@ -42,6 +44,7 @@ class Job:
     steps: int
     hosts: int
     workers: int
+    cpus: tuple[int, ...] | None = None  # pin each worker process to these CPUs
 
     def plan(self) -> workloads.W2Plan:
         return workloads.w2_plan(self.seeds, self.steps, self.hosts)
@@ -189,6 +192,8 @@ def _worker(job: Job, index: int, ready: Any, go: Any, finish: Any, out: Any) ->
     released, opened = False, None
     try:
         try:
+            if job.cpus:  # before any thread starts, so all of them inherit it
+                os.sched_setaffinity(0, job.cpus)
             plan = job.plan()
             mine = range(index, plan.steps, job.workers)
             opened = session(job)
@@ -203,6 +208,7 @@ def _worker(job: Job, index: int, ready: Any, go: Any, finish: Any, out: Any) ->
             cpu = time.process_time() - cpu
             urls = [str(r.url) for r in dequeued]
             result = {"steps": len(batches), "end": end, "cpu": cpu, "empty": opened.empty}
+            result["cpus"] = sorted(os.sched_getaffinity(0))
             out.put(("done", index, {**result, "urls": urls}))
         except Exception as exc:  # report what the frontier does, whatever it is
             out.put(("done", index, {"error": f"worker {index}: {type(exc).__name__}: {exc}"}))
@@ -231,6 +237,15 @@ def _collect(out: Any, kind: str, count: int) -> list[Any]:
             raise RuntimeError(f"worker message {got!r} where {kind!r} was expected")
         found.append(payload)
     return found
+
+
+def _threads_cpus(nodes: Sequence[Node]) -> list[int]:
+    """The CPUs any thread of the servers may run on."""
+    cpus: set[int] = set()
+    for node in nodes:
+        for thread in os.listdir(f"/proc/{node.pid}/task"):
+            cpus.update(os.sched_getaffinity(int(thread)))
+    return sorted(cpus)
 
 
 def timed(job: Job, nodes: Sequence[Node]) -> Result:
@@ -291,6 +306,9 @@ def timed(job: Job, nodes: Sequence[Node]) -> Result:
         "client_us": 1e6 * sum(r["cpu"] for r in done) / steps,
         "empty_pops": sum(r["empty"] for r in done),
         "commands": per_step,
+        # where the processes were allowed to run: proof of the pinning, or its absence
+        "worker_cpus": sorted({c for r in done for c in r["cpus"]}),
+        "server_cpus": _threads_cpus(nodes),
         "urls": [url for r in done for url in r["urls"]],
     }
 

@@ -5,11 +5,15 @@ URL benchmark (``benchmarks.memory_per_url``). Holds ``Node`` (one
 redis-server on a free 127.0.0.1 port, no persistence, stopped by its pid),
 ``servers`` (the nodes of one measurement, joined into a cluster when asked),
 ``make_cluster``, ``shard_spread`` (how many of a crawl's shards each primary
-serves) and ``cpu_seconds`` (a process's CPU time, from ``/proc``).
+serves; ``shards_per_node`` the same in node order), ``placement`` (where
+``redis-cli --cluster create`` would put them on N primaries) and
+``cpu_seconds`` (a process's CPU time, from ``/proc``). Nodes may be pinned
+to CPUs (``taskset -c``), all threads of the server included.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import shutil
@@ -17,7 +21,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -56,8 +60,9 @@ def cpu_seconds(pid: int) -> float:
 class Node:
     """One redis-server on 127.0.0.1, without persistence, stopped by its pid."""
 
-    def __init__(self, directory: Path, cluster: bool) -> None:
+    def __init__(self, directory: Path, cluster: bool, cpus: Collection[int] | None = None) -> None:
         self.directory, self.cluster = directory, cluster
+        self.cpus = sorted(cpus) if cpus else None  # None: wherever the kernel puts it
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
         self.client: redis.Redis | None = None
@@ -66,16 +71,24 @@ class Node:
         """Start on a free port and wait until it answers PING.
 
         A port taken between the check and the bind (other processes start
-        servers too) costs another attempt. Raises RuntimeError when
-        redis-server is missing or does not come up.
+        servers too) costs another attempt. With ``cpus``, the server starts
+        under ``taskset -c`` (it execs, so the pid is the server's and its
+        threads inherit the affinity). Raises RuntimeError when redis-server
+        (or taskset) is missing or does not come up.
         """
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError("this benchmark needs redis-server: apt-get install -y redis-server")
+        pin: list[str] = []
+        if self.cpus:
+            taskset = shutil.which("taskset")
+            if taskset is None:
+                raise RuntimeError("pinning needs taskset: apt-get install -y util-linux")
+            pin = [taskset, "-c", ",".join(map(str, self.cpus))]
         self.directory.mkdir(parents=True, exist_ok=True)
         for attempt in range(attempts):
             self.port = _free_port(self.cluster)
-            args = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
+            args = [*pin, binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
             args += ["--appendonly", "no", "--dir", str(self.directory), "--protected-mode", "no"]
             args += ["--logfile", str(self.directory / "log")]
             if self.cluster:
@@ -141,10 +154,15 @@ class Node:
 
 
 @contextmanager
-def servers(primaries: int, directory: Path) -> Iterator[list[Node]]:
+def servers(
+    primaries: int, directory: Path, cpus: Collection[int] | None = None
+) -> Iterator[list[Node]]:
     """Fresh servers for one measurement: one plain redis-server (``primaries=0``) or a
-    cluster of ``primaries`` primaries without replicas; all stopped by pid at the end."""
-    nodes = [Node(directory / f"node-{i}", primaries > 0) for i in range(max(primaries, 1))]
+    cluster of ``primaries`` primaries without replicas; all stopped by pid at the end.
+
+    ``cpus``: pin every server to these CPUs (default: not pinned)."""
+    count = max(primaries, 1)
+    nodes = [Node(directory / f"node-{i}", primaries > 0, cpus) for i in range(count)]
     try:
         for node in nodes:
             node.start()
@@ -184,19 +202,56 @@ def make_cluster(nodes: Sequence[Node]) -> None:
     raise RuntimeError("the Redis Cluster did not reach cluster_state:ok in time")
 
 
-def shard_spread(nodes: Sequence[Node], crawl: str) -> list[int]:
-    """How many of the crawl's shards each node serves (by the slot of its hash tag)."""
-    owner: dict[int, int] = {}
-    for start, end, primary, *_ in nodes[0].command("CLUSTER", "SLOTS"):
-        for slot in range(start, end + 1):
-            owner[slot] = int(primary[1])
-    counts = dict.fromkeys((n.port for n in nodes), 0)
+def crawl_tags(nodes: Sequence[Node], crawl: str) -> list[str]:
+    """The hash tags of the crawl's shards, from its record (``NAME:K`` for an old one)."""
     record = redis.RedisCluster(host="127.0.0.1", port=nodes[0].port)
     try:
         tags = record.hget(f"crawlq:{{{crawl}}}:cluster", "tags")
     finally:
         record.close()
-    names = tags.decode().split(" ") if tags else [f"{crawl}:{k}" for k in range(SHARDS)]
-    for tag in names:
-        counts[owner[key_slot(f"crawlq:{{{tag}}}:meta".encode())]] += 1
-    return sorted(counts.values(), reverse=True)
+    return tags.decode().split(" ") if tags else [f"{crawl}:{k}" for k in range(SHARDS)]
+
+
+def _shard_slot(tag: str) -> int:
+    return key_slot(f"crawlq:{{{tag}}}:meta".encode())
+
+
+def shards_per_node(nodes: Sequence[Node], crawl: str) -> list[int]:
+    """How many of the crawl's shards each node serves, in the order of ``nodes``."""
+    owner: dict[int, int] = {}
+    for start, end, primary, *_ in nodes[0].command("CLUSTER", "SLOTS"):
+        for slot in range(start, end + 1):
+            owner[slot] = int(primary[1])
+    counts = dict.fromkeys((n.port for n in nodes), 0)
+    for tag in crawl_tags(nodes, crawl):
+        counts[owner[_shard_slot(tag)]] += 1
+    return [counts[n.port] for n in nodes]
+
+
+def shard_spread(nodes: Sequence[Node], crawl: str) -> list[int]:
+    """How many of the crawl's shards each node serves (by the slot of its hash tag),
+    busiest first."""
+    return sorted(shards_per_node(nodes, crawl), reverse=True)
+
+
+def slot_ranges(primaries: int) -> list[tuple[int, int]]:
+    """The slots ``redis-cli --cluster create`` gives each of ``primaries`` primaries
+    (first, last), as its clusterManagerCommandCreate splits them (``lround``)."""
+    per_node, cursor, first, ranges = 16384 / primaries, 0.0, 0, []
+    for i in range(primaries):
+        last = 16383 if i == primaries - 1 else min(math.floor(cursor + per_node - 0.5), 16384)
+        last = max(last, first)
+        ranges.append((first, last))
+        first, cursor = last + 1, cursor + per_node
+    return ranges
+
+
+def placement(tags: Sequence[str], primaries: int) -> list[int]:
+    """Shards per primary, busiest first, had ``redis-cli --cluster create`` made a
+    cluster of ``primaries`` for a crawl with these shard hash tags."""
+    ranges = slot_ranges(primaries)
+    counts = [0] * primaries
+    for tag in tags:
+        slot = _shard_slot(tag)
+        counts[next(i for i, (a, b) in enumerate(ranges) if a <= slot <= b)] += 1
+    return sorted(counts, reverse=True)
