@@ -7,7 +7,9 @@ knows which node serves a key now and hands out that node's plain client,
 on which a shard's `crawlq.stores.redis.conn.Link` talks as it would to a
 single server. Opening checks the cluster (every slot served, every primary
 reachable and Redis 7.0 or newer) and loads crawlq's functions on every
-primary; every failure is a typed crawlq error without the password.
+primary; every failure is a typed crawlq error without the password. Also
+the store's small pure helpers: its options (`cluster_options`), refetches
+by lease (`by_lease`) and stats over shards (`merge_stats`).
 """
 
 from __future__ import annotations
@@ -17,12 +19,13 @@ import inspect
 import threading
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from ...._errors import IncompatibleStore, StoreError, StoreUnavailable
+from ...._errors import ConfigError, IncompatibleStore, StoreError, StoreUnavailable
 from ...._fingerprint import Fingerprinter
 from ...._policy import Policy
+from ...base import Refetch
 from ..client import MIN_SERVER, redis_module, translate
 from ..config import RedisURL, Settings
 from ..conn import Link, server_version
@@ -34,6 +37,9 @@ if TYPE_CHECKING:
 __all__ = [
     "CLUSTER_FORMAT",
     "ClusterClient",
+    "by_lease",
+    "cluster_options",
+    "merge_stats",
     "open_record",
     "record_tags",
     "shard_of",
@@ -45,6 +51,47 @@ _SLOTS: Final = 16384
 DEFAULT_SHARDS: Final = 16
 #: Layout version of a cluster crawl's record.
 CLUSTER_FORMAT: Final = 1
+_MAX_SHARDS: Final = 1024
+
+
+def cluster_options(options: dict[str, Any]) -> tuple[int | None, int]:
+    """Take the cluster store's own options, ``shards`` and ``replicas``, out of ``options``.
+
+    Raises `ConfigError` for a shard count not from 1 to 1024 or a replica
+    count not from 0 to 16.
+    """
+    shards = options.pop("shards", None)
+    if shards is not None and (
+        isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= _MAX_SHARDS
+    ):
+        raise ConfigError(f"shards must be an int from 1 to {_MAX_SHARDS}, not {shards!r}")
+    replicas = options.pop("replicas", 0)
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or not 0 <= replicas <= 16:
+        raise ConfigError(f"replicas must be an int from 0 to 16, not {replicas!r}")
+    return shards, replicas
+
+
+def by_lease(
+    leases: Sequence[object], refetch: Sequence[Refetch | None] | None
+) -> dict[int, Refetch | None] | None:
+    """Each lease's refetch by the lease's id(), or None when none refetches."""
+    if refetch is None or not any(again is not None for again in refetch):
+        return None
+    return dict(zip(map(id, leases), refetch, strict=True))
+
+
+def merge_stats(shards: list[dict[str, float]]) -> dict[str, float]:
+    """The shards' ``extra_stats`` as one crawl's: sums, and the worst Bloom figures."""
+    stats: dict[str, float] = {"prefetched": 0.0, "shards": float(len(shards))}
+    for figures in shards:
+        for name, value in figures.items():
+            if name == "prefetched":
+                stats[name] += value
+            elif name == "bloom_capacity":
+                stats[name] = stats.get(name, 0.0) + value
+            else:
+                stats[name] = max(stats.get(name, value), value)
+    return stats
 
 
 def shard_of(host: bytes, shards: int) -> int:
