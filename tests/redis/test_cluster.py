@@ -240,6 +240,39 @@ def test_children_across_shards_are_stored_before_the_parents_ack(redis_cluster_
         assert (stats.queued, stats.leased, stats.counters.acked) == (20, 0, 1)
 
 
+def test_a_parents_ack_waits_in_its_shard_for_that_shards_next_call(
+    redis_cluster: Cluster, redis_cluster_url: str
+) -> None:
+    """With ``ack_delay`` the write's acks cost no call: they ride the shard's next one."""
+    url = _crawl(redis_cluster_url, "waiting")
+
+    def fcalls() -> int:
+        return sum(
+            redis_cluster.node_info(port, "commandstats").get("cmdstat_fcall", {}).get("calls", 0)
+            for port in redis_cluster.primary_ports()
+        )
+
+    with crawlq.open_frontier(url, ack_delay=30) as frontier, crawlq.open_frontier(url) as other:
+        frontier.add(Request("https://parent.example/"))
+        parent = frontier.pop()
+        assert parent is not None
+        home = shard_of(b"parent.example", 16)
+        hosts = [
+            h for h in (f"c{i}.example" for i in range(40)) if shard_of(h.encode(), 16) != home
+        ]
+        children = [Request(f"https://{host}/") for host in hosts[:12]]
+        shards = {shard_of(host.encode(), 16) for host in hosts[:12]}
+        before = fcalls()
+        assert frontier.add_many(children, ack=parent) == [True] * 12
+        assert fcalls() - before == len(shards)  # the children's shards; none for the ack
+        # Stored: another worker sees the children, and the parent still leased.
+        stats = other.stats()
+        assert (stats.queued, stats.leased, stats.counters.acked) == (12, 1, 0)
+        frontier.flush()
+        stats = other.stats()
+        assert (stats.queued, stats.leased, stats.counters.acked) == (12, 0, 1)
+
+
 # -- reading and removing a crawl ------------------------------------------------------
 
 

@@ -1,17 +1,13 @@
 """The Redis Cluster store: one crawl sharded by host across a cluster's primaries.
 
 ``redis+cluster://[user:password@]host:port[,host:port...]/?crawl=NAME`` (also
-``rediss+cluster://``): any nodes of the cluster as seeds. A crawl has a
-fixed number of shards (option ``shards``, default 16, fixed when the crawl
-is created and kept in its ``crawlq:{NAME}:cluster`` record). Each shard is
-a crawl of the single-server store under its own hash tag,
-``crawlq:{NAME:K}:`` or ``crawlq:{NAME:K:S}:`` (the record keeps them: S
-puts shard K's slot in the K-th equal range of slots, so the shards spread
-evenly over primaries holding equal ranges), so all of a shard's keys sit
-in one slot and its functions stay atomic on the node serving it. A
-request goes to the shard of its pacing slot (its host, or
-``download_slot``): CRC-32 of the name modulo the shard count
-(`crawlq.stores.redis.cluster.shards.shard_of`).
+``rediss+cluster://``): any nodes as seeds. A crawl has ``shards`` shards
+(default 16, fixed at creation, kept in its ``crawlq:{NAME}:cluster`` record),
+each a crawl of the single-server store under its own hash tag,
+``crawlq:{NAME:K}:`` or ``crawlq:{NAME:K:S}:`` (S puts shard K's slot in the
+K-th equal range of slots), so a shard's keys sit in one slot and its
+functions stay atomic. A request goes to the shard of its pacing slot (host
+or ``download_slot``): CRC-32 of the name modulo the shard count (`shard_of`).
 
 What is exact, and what is not
     Per host everything is as on one server, since a host lives in one
@@ -26,16 +22,15 @@ What is exact, and what is not
     worker the order is exact across shards with ``ack_delay=0``; acks
     waiting in the worker count as leases on the server (as on one server),
     which makes first-in-first-out across hosts approximate otherwise. A
-    shard that had nothing ready is asked again when this worker writes to
-    it, when its next host delay ends, and otherwise every half second
-    (other workers' adds).
+    shard that had nothing ready is asked again when written to, when its
+    next host delay ends, and every half second (others' adds).
 
 Writes
     An add whose batch spans shards makes one call per shard, all sent
-    before any reply is read; the leases it finishes (``add_many(links,
-    ack=page)``) are acked after every child is stored, in the last call when
-    they are all in one shard, so a parent's ack is never durable before its
-    children, as on one server.
+    before any reply is read. The leases it finishes (``add_many(links,
+    ack=page)``) then wait in their shards as `ack`'s do, riding each one's
+    next call (with ``ack_delay=0``, or refetches: a call after every child
+    is stored), so a parent's ack is never durable before its children.
 
 Prefetch, acks riding the next write, ``ack_delay``, durability and the
 self-check are those of `crawlq.stores.redis`, per shard (with `expect_pops`,
@@ -77,16 +72,14 @@ __all__ = ["OPTIONS", "ClusterStore", "open_store"]
 #: Options of the cluster store, besides the common ones.
 OPTIONS: Final = (*_REDIS_OPTIONS, "shards", "replicas")
 
-#: Seconds before a shard that had nothing ready is asked again, unless this
-#: worker wrote to it or one of its delays ends sooner: what bounds how late
-#: this worker sees other workers' adds there.
+#: Seconds before a shard that had nothing ready is asked again (unless written
+#: to, or a delay ends sooner): how late this worker sees others' adds there.
 _POLL: Final = 0.5
 _HOST_CACHE: Final = 100_000  # hosts whose shard is remembered
 #: Request ids: FIFO-added ones count up from 0, LIFO-added ones down from the top.
 _LIFO_TOP: Final = 999_999_999_999_999
 _FIFO_IDS: Final = _LIFO_TOP // 2
-#: Seconds between two looks at every shard's prefetched batch, known or not.
-_REPEEK: Final = 0.25
+_REPEEK: Final = 0.25  # seconds between two looks at every shard's batch, known or not
 #: Requests a shard holds for pops a caller said follow (`ClusterStore.expect_pops`).
 #: A1 on 3 primaries cost 247, 208 and 245 us of server CPU a step with 1, 2, 3.
 _DEPTH: Final = 2
@@ -185,6 +178,7 @@ class ClusterStore:
         # those served since; None: not said (each shard guesses its own).
         self._left: int | None = None
         self._prefetch = settings.prefetch
+        self._acks_wait = policy.ack_delay > 0
 
     # -- routing -----------------------------------------------------------------
 
@@ -221,18 +215,22 @@ class ClusterStore:
             k, indexes = next(iter(groups.items()))
             self._scatter([(k, indexes, finished)], entries, flags, lifo, again, {k})
             return flags
-        last = next(iter(done)) if len(done) == 1 else None
-        # Children first, in every shard at once; the parents' acks only then
-        # (a shard's last call of the write leases what the pops need of it).
+        # Plain acks wait in their shards (ack_delay) to ride each one's next call.
+        wait = self._acks_wait and again is None
+        last = next(iter(done)) if len(done) == 1 and not wait else None
+        # Children first, in every shard at once, then acks (a shard's last
+        # call of the write leases what the pops need of it).
         self._scatter(
             [(k, indexes, ()) for k, indexes in groups.items() if k != last],
             entries,
             flags,
             lifo,
             again,
-            groups.keys() - done.keys(),
+            groups.keys() if wait else groups.keys() - done.keys(),
         )
-        if done:
+        if wait:
+            self._ack(done, None)
+        elif done:
             self._scatter(
                 [(k, groups.get(k, []) if k == last else [], leases) for k, leases in done.items()],
                 entries,
@@ -340,13 +338,13 @@ class ClusterStore:
         return request
 
     def expect_pops(self, count: int | None) -> None:
-        """`RedisStore.expect_pops` over shards: the pops may come from any of them.
+        """Have the next changing calls lease what ``count`` pops need, shard by shard.
 
-        Each call of the write leases, behind its changes, what its shard
-        holds less than `_DEPTH`; a shard a pop empties, as many when the
-        merge next needs its head. Left to guess, a shard would lease up to
-        ``prefetch``, all given back by the next write of a request at least
-        as good as the last of them. None goes back to guessing.
+        `RedisStore.expect_pops` over shards: a shard's last call of a write,
+        and a shard the merge looks at again, lease at most `_DEPTH` (its head
+        and the next), so nothing is leased ahead only to be given back when
+        the next write brings that shard a better request. None: each shard
+        guesses again.
         """
         self._left = None if count is None else min(count, self._prefetch)
         for shard in self._shards:
@@ -373,8 +371,10 @@ class ClusterStore:
     def ack(
         self, leases: Sequence[object], refetch: Sequence[Refetch | None] | None = None
     ) -> None:
-        again = by_lease(leases, refetch)
-        for k, group in self._leases_by_shard(leases).items():
+        self._ack(self._leases_by_shard(leases), by_lease(leases, refetch))
+
+    def _ack(self, groups: dict[int, list[Any]], again: dict[int, Refetch | None] | None) -> None:
+        for k, group in groups.items():
             shard = self._shards[k]
             self._expect(k)
             if again is None:
