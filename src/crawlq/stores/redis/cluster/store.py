@@ -28,9 +28,9 @@ What is exact, and what is not
 Writes
     An add whose batch spans shards makes one call per shard, all sent
     before any reply is read. The leases it finishes (``add_many(links,
-    ack=page)``) then wait in their shards as `ack`'s do, riding each one's
-    next call (with ``ack_delay=0``, or refetches: a call after every child
-    is stored), so a parent's ack is never durable before its children.
+    ack=page)``) go in a call after every child is stored (under
+    `expect_pops`, with ``ack_delay``, they wait in their shards as `ack`'s
+    do), so a parent's ack is never durable before its children.
 
 Prefetch, acks riding the next write, ``ack_delay``, durability and the
 self-check are those of `crawlq.stores.redis`, per shard (with `expect_pops`,
@@ -76,8 +76,7 @@ OPTIONS: Final = (*_REDIS_OPTIONS, "shards", "replicas")
 #: to, or a delay ends sooner): how late this worker sees others' adds there.
 _POLL: Final = 0.5
 _HOST_CACHE: Final = 100_000  # hosts whose shard is remembered
-#: Request ids: FIFO-added ones count up from 0, LIFO-added ones down from the top.
-_LIFO_TOP: Final = 999_999_999_999_999
+_LIFO_TOP: Final = 999_999_999_999_999  # ids: FIFO ones count up from 0, LIFO ones down
 _FIFO_IDS: Final = _LIFO_TOP // 2
 _REPEEK: Final = 0.25  # seconds between two looks at every shard's batch, known or not
 #: Requests a shard holds for pops a caller said follow (`ClusterStore.expect_pops`).
@@ -215,8 +214,9 @@ class ClusterStore:
             k, indexes = next(iter(groups.items()))
             self._scatter([(k, indexes, finished)], entries, flags, lifo, again, {k})
             return flags
-        # Plain acks wait in their shards (ack_delay) to ride each one's next call.
-        wait = self._acks_wait and again is None
+        # Under expect_pops (two held per shard) plain acks wait in their shards
+        # (ack_delay); not otherwise: acks of held hosts give a deep batch back.
+        wait = self._acks_wait and again is None and self._left is not None
         last = next(iter(done)) if len(done) == 1 and not wait else None
         # Children first, in every shard at once, then acks (a shard's last
         # call of the write leases what the pops need of it).
