@@ -4,9 +4,11 @@
 crawlq one (its fingerprint and download slot given, so the frontier does not
 parse its URL; a URL crawlq does not take gets a placeholder and keeps the
 real one in the payload), stores it as a pickle-free payload when the store
-is durable, or keeps the object itself in memory under a token, and on a
-SQLite job holds new requests for the next flush, written with the pending
-acks in one commit (children before parents).
+is durable, or keeps the object itself in memory under a token. With a
+durable store it holds new requests for the next `FrontierAdds.flush`, which
+writes them with the pending acks in one store call (children before parents):
+one SQLite commit, or one Redis round trip shared by the pages that finished
+since the last one.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ class FrontierAdds:
         _codec: RequestCodec
         _count: Callable[[str], None]
         _on_failed: Callable[[StoreError], None]
+        _on_duplicate: Callable[[Any, bool], None]
         _unacked: list[Unacked]
         _batching: bool
         _pending: list[Pending]
@@ -71,7 +74,6 @@ class FrontierAdds:
         _run: int
 
         def local_source(self) -> _Source: ...
-        def flush(self) -> None: ...
 
     def add(
         self,
@@ -136,36 +138,24 @@ class FrontierAdds:
     ) -> bool:
         if self._batching and source is self.main and not self.failed:
             return self._hold(creq, fingerprint, start, request)
+        # In memory (the store in memory, or the in-memory frontier beside a
+        # durable one): nothing to batch, no ack waits for it.
         options: dict[str, Any] = {}
         if start and self._starts_apart:
             options["lifo"] = self.config.start_lifo
-        parent = None
-        if self._unacked and source is self.main:
-            # A finished request's ack commits with this add, after it.
-            parent = self._unacked.pop()
-            options["ack"] = parent[0]
-            if parent[1] is not None:
-                options["refetch_after"] = parent[1]
-        try:
-            added = source.frontier.add_many((creq,), fingerprints=(fingerprint,), **options)
-        except BaseException:
-            if parent is not None:
-                self._unacked.append(parent)
-            raise
-        if parent is not None:
-            source.in_flight -= 1
-            self.handed_out -= 1
-            self._count("crawlq/acked")
-            if parent[1] is not None:
-                self._count("crawlq/refetch_scheduled")
+        added = source.frontier.add_many((creq,), fingerprints=(fingerprint,), **options)
         return bool(added[0])  # add_many is overloaded on invalid=; options are Any
 
     def _hold(self, creq: Request, fingerprint: bytes, start: bool, request: Any) -> bool:
         """Keep a new request for the next `flush`; False if it is a duplicate.
 
-        The caller checked the store for the fingerprint; this checks the
-        requests held. The flush cannot refuse one: it comes with its
-        fingerprint and download slot, so the frontier does not parse its URL.
+        This checks the requests held. On a store of this process alone the
+        caller checked the store for the fingerprint, so the flush stores
+        every one; a shared store (Redis) is not asked per request (a round
+        trip each): the flush may find one a duplicate there (another worker,
+        or an earlier run, added it), and reports it to ``on_duplicate``. The
+        flush cannot refuse one otherwise: it comes with its fingerprint and
+        download slot, so the frontier does not parse its URL.
         """
         if not creq.dont_filter:
             if fingerprint in self._pending_keys:
@@ -201,3 +191,99 @@ class FrontierAdds:
         if added:
             source.objects[token] = request
         return added
+
+    def flush(self, *, lease: bool = False) -> None:
+        """Write the requests held and the acks pending, in one durable step.
+
+        Requests go first, acks after, in the same store call (acks whose
+        refetch differs from the rest's follow at once, in their own): a
+        page's ack is never durable before its links. On a shared store, a
+        held request found a duplicate there goes to ``on_duplicate``. With
+        ``lease`` (requests are handed out next), a store that prefetches
+        (Redis) leases as many as may still be handed out, in the same round
+        trip, behind the writes. Raises the store's `StoreError`; then the
+        requests held go to the in-memory frontier (so the crawl loses none
+        of them while it closes) and the acks are dropped (those requests
+        come back on resume).
+        """
+        pending, unacked = self._pending, self._unacked
+        if not pending and not unacked:
+            return
+        self._pending, self._pending_keys, self._unacked = [], set(), []
+        main = self.main
+        self.handed_out -= len(unacked)
+        if self.failed:
+            # Never acked now: they stay leased in the store until resume.
+            self._rescue(pending)
+            return
+        # Runs of one order (start requests may be added FIFO in a LIFO crawl).
+        runs: list[list[Pending]] = []
+        for held in pending:
+            if runs and runs[-1][0][2] == held[2]:
+                runs[-1].append(held)
+            else:
+                runs.append([held])
+        # Acks by refetch (seconds; None: none): one group goes with the last
+        # run of adds (one call, the usual case), the others right after.
+        groups: dict[float | None, list[Request]] = {}
+        for creq, again in unacked:
+            groups.setdefault(again, []).append(creq)
+        frontier = main.frontier
+        limit = self.config.max_in_flight
+        # The engine asks for requests until none is ready: as many as may
+        # still be handed out are leased by the last write, behind it (with
+        # acks only, by the pop that sends them).
+        pops = max(0, limit - self.handed_out) if lease and limit else None
+        if pops is not None and not runs:
+            frontier._expect_pops(pops)
+        duplicates: list[Pending] = []
+        try:
+            for run in runs:
+                if pops is not None and run is runs[-1]:
+                    frontier._expect_pops(pops)
+                options: dict[str, Any] = {}
+                if run is runs[-1] and groups:
+                    again, options["ack"] = groups.popitem()
+                    if again is not None:
+                        options["refetch_after"] = again
+                added = frontier.add_many(
+                    [held[0] for held in run],
+                    fingerprints=[held[1] for held in run],
+                    lifo=self.config.start_lifo if run[0][2] else None,
+                    **options,
+                )
+                pending = pending[len(run) :]
+                if not all(added):
+                    duplicates += (held for held, new in zip(run, added, strict=True) if not new)
+            for again, acked in groups.items():
+                if again is None:
+                    frontier.ack_many(acked)
+                else:
+                    frontier.ack_many(acked, refetch_after=again)
+        except BaseException:
+            self._rescue(pending)
+            raise
+        finally:
+            for creq, _, _, request in duplicates:
+                token = creq.meta.get(TOKEN)
+                if token is not None:
+                    main.objects.pop(token, None)
+                self._on_duplicate(request, token is None)
+        main.in_flight -= len(unacked)
+        for _, again in unacked:
+            self._count("crawlq/acked")
+            if again is not None:
+                self._count("crawlq/refetch_scheduled")
+
+    def _rescue(self, pending: list[Pending]) -> None:
+        """Move requests held for a store that failed to the in-memory frontier."""
+        objects = self.main.objects
+        local = self.local_source()
+        for creq, fingerprint, _, request in pending:
+            token = creq.meta.get(TOKEN)
+            if token is not None:
+                objects.pop(token, None)
+            start = creq.priority % 2 == 0  # see crawlq_priority
+            slot = creq.meta[SLOT]
+            entry = (creq.priority, slot, creq.dont_filter, fingerprint, start, creq.not_before)
+            self._add_object(local, request, entry)

@@ -12,9 +12,10 @@ class RecentlySeen:
 
     Most requests a crawl enqueues are links to pages it has already met:
     a hit here refuses such a duplicate without building, encoding or
-    looking anything up in the store (a disk read for a SQLite job). It is
-    exact: a fingerprint enters only once the store has recorded it, and a
-    store never forgets one. About 7 MB at its size.
+    looking anything up in the store (a disk read for a SQLite job, a round
+    trip on Redis). It is exact: a fingerprint enters once the store has
+    recorded it or holds it for its next write (which records it, as new or
+    as a duplicate), and a store never forgets one. About 7 MB at its size.
     """
 
     SIZE: Final = 65_536
@@ -59,10 +60,17 @@ class Counts:
         if self._pending >= self.EVERY:
             self.flush()
 
+    def subtract(self, key: str) -> None:
+        """Take one back from ``key`` (a request counted as enqueued, found a duplicate later)."""
+        counts = self.counts
+        counts[key] = counts.get(key, 0) - 1
+        self._pending += 1
+
     def flush(self) -> None:
         if self.stats is not None:
             inc = self.stats.inc_value
             for key, count in self.counts.items():
-                inc(key, count)
+                if count:
+                    inc(key, count)
         self.counts = {}
         self._pending = 0

@@ -41,24 +41,32 @@ Acknowledgements
     schedules the same request again (see ``due``).
 
 Writes
-    With a durable store of this process alone (a SQLite job), an enqueued
-    request is checked against the store's seen set at once (so
-    `Scheduler.enqueue_request` still answers "duplicate" exactly) and held
-    in memory; the requests held and the acks of finished requests are then
-    written in one transaction, requests first, before the next request is
-    handed out (and at close). A page's links and its ack thus share one
-    commit, and often several pages share it. Requests enqueued while
-    nothing is in flight (no request could yield them again) are written at
-    once, except start requests, which the spider yields again on resume.
-    The order that makes a kill lose nothing: a request's ack is never
-    durable before the requests it yielded. After a kill, un-acked requests
-    come back on resume and yield their children again (the ones already
-    stored are filtered as duplicates); start requests are yielded again by
-    the spider. A shared store (Redis) gets each request at once, carrying
-    the ack of one finished request in the same call (``add_many(...,
-    ack=)``); the rest are acked before the next request is handed out. At
-    most ``CRAWLQ_MAX_IN_FLIGHT`` requests are handed out and not
-    acknowledged, which bounds the re-fetches after a kill.
+    With a durable store, an enqueued request is held in memory; the
+    requests held and the acks of finished requests are then written in one
+    store call (a SQLite transaction, a Redis round trip), requests first,
+    before the next request is handed out (and at close, and once 1,024 are
+    held). A page's links and its ack thus share one write, and so do the
+    pages that finished since the last one. Requests enqueued while nothing
+    is in flight (no request could yield them again) are written at once,
+    except start requests, which the spider yields again on resume. On
+    Redis the write also leases the requests handed out next, in the same
+    round trip. The order that makes a kill lose nothing: a request's ack is
+    never durable before the requests it yielded. After a kill, un-acked
+    requests come back on resume (on Redis once their lease times out) and
+    yield their children again (the ones already stored are filtered as
+    duplicates); start requests are yielded again by the spider. At most
+    ``CRAWLQ_MAX_IN_FLIGHT`` requests are handed out and not acknowledged
+    (finished or not), which bounds the re-fetches after a kill.
+
+Duplicates
+    A SQLite job is checked for an enqueued request's fingerprint at once
+    (a read of its own file), so `Scheduler.enqueue_request` answers
+    "duplicate" exactly. A shared store is not asked per request (a round
+    trip each, the cost batching removes): a request that is new to this
+    process is accepted and held, and if the write finds that another
+    worker (or an earlier run) stored it already, the scheduler counts it as
+    a duplicate then (see `Scheduler.enqueue_request`). Fingerprints this
+    process has met are refused at once either way (``bookkeeping``).
 """
 
 from __future__ import annotations
@@ -74,7 +82,7 @@ from ..._fingerprint import Fingerprinter
 from ..._frontier import Frontier
 from ..._open import open_frontier
 from ..._request import Request
-from .adding import PAYLOAD, RUN, SLOT, TOKEN, FrontierAdds, Pending, Unacked
+from .adding import PAYLOAD, RUN, TOKEN, FrontierAdds, Pending, Unacked
 from .codec import RequestCodec
 from .due import refetch_after
 from .fed import fed_request
@@ -102,6 +110,9 @@ class Frontiers(FrontierAdds):
     ``on_failed(error)`` reports a store failure met while writing held
     requests on the side (in `add`, which still succeeds: the requests
     moved to the in-memory frontier); the caller sets `failed` then too.
+    ``on_duplicate(request, stored)`` reports a request `add` accepted and
+    held that the shared store found a duplicate when `flush` wrote it
+    (``stored``: it was held as a payload, not as an object).
     """
 
     def __init__(
@@ -112,6 +123,7 @@ class Frontiers(FrontierAdds):
         count: Callable[[str], None],
         on_dropped: Callable[[str, str, Exception | None], None],
         on_failed: Callable[[StoreError], None],
+        on_duplicate: Callable[[Any, bool], None],
     ) -> None:
         self.main = _Source(store)
         self.local: _Source | None = None
@@ -120,6 +132,7 @@ class Frontiers(FrontierAdds):
         self._count = count
         self._on_dropped = on_dropped
         self._on_failed = on_failed
+        self._on_duplicate = on_duplicate
         #: Set once the store failed: no more acks (what is in flight comes
         #: back on resume), new requests go to the in-memory frontier.
         self.failed = False
@@ -132,11 +145,12 @@ class Frontiers(FrontierAdds):
         # Finished requests of the durable store whose ack is not written
         # yet, each with its refetch (seconds; None: done for good).
         self._unacked: list[Unacked] = []
-        # A durable store of this process alone (SQLite) knows every
-        # duplicate without a write: new requests wait here, checked, and are
-        # written by `flush` in one commit with the pending acks, after them
-        # in the same transaction (children before parents).
-        self._batching = config.durable and not config.shared
+        # New requests for a durable store wait here and are written by
+        # `flush` with the pending acks, after them in the same store call
+        # (children before parents). A store of this process alone (SQLite)
+        # is checked for duplicates first; a shared one (Redis) is not (a
+        # round trip per request): its duplicates show at the flush.
+        self._batching = config.durable
         self._pending: list[Pending] = []
         self._pending_keys: set[bytes] = set()
         # Start requests are added in their start queue's order where it
@@ -149,7 +163,7 @@ class Frontiers(FrontierAdds):
         # A read-only "seen before?" on a local store (a shared store would
         # pay a round trip per request for it).
         self.seen_many: Callable[[tuple[bytes]], list[bool]] | None = (
-            store.seen_many if self._batching else None
+            None if config.shared or not config.durable else store.seen_many
         )
 
     def __len__(self) -> int:
@@ -331,10 +345,10 @@ class Frontiers(FrontierAdds):
             self.handed_out -= 1
             return
         if source is self.main and self.config.durable:
-            # Written with the next requests held (SQLite) or the next add
-            # (Redis), or before the next request is handed out: one write
-            # saved per page, usually. Until then it still counts as in
-            # flight, so a kill re-fetches at most CRAWLQ_MAX_IN_FLIGHT.
+            # Written by the next `flush`, with the requests held, before
+            # the next request is handed out: one write saved per page, at
+            # least. Until then it still counts as in flight (`handed_out`),
+            # so a kill re-fetches at most CRAWLQ_MAX_IN_FLIGHT.
             self._unacked.append((creq, again))
             return
         source.in_flight -= 1
@@ -345,81 +359,6 @@ class Frontiers(FrontierAdds):
             source.frontier.ack(creq, refetch_after=again)
             self._count("crawlq/refetch_scheduled")
         self._count("crawlq/acked")
-
-    def flush(self) -> None:
-        """Write the requests held and the acks pending, in one durable step.
-
-        Requests go first, acks after, in the same transaction (acks whose
-        refetch differs from the rest's follow at once, in their own). Raises the
-        store's `StoreError`; then the requests held go to the in-memory
-        frontier (so the crawl loses none of them while it closes) and the
-        acks are dropped (those requests come back on resume).
-        """
-        pending, unacked = self._pending, self._unacked
-        if not pending and not unacked:
-            return
-        self._pending, self._pending_keys, self._unacked = [], set(), []
-        main = self.main
-        self.handed_out -= len(unacked)
-        if self.failed:
-            # Never acked now: they stay leased in the store until resume.
-            self._rescue(pending)
-            return
-        # Runs of one order (start requests may be added FIFO in a LIFO crawl).
-        runs: list[list[Pending]] = []
-        for held in pending:
-            if runs and runs[-1][0][2] == held[2]:
-                runs[-1].append(held)
-            else:
-                runs.append([held])
-        # Acks by refetch (seconds; None: none): one group goes with the last
-        # run of adds (one commit, the usual case), the others right after.
-        groups: dict[float | None, list[Request]] = {}
-        for creq, again in unacked:
-            groups.setdefault(again, []).append(creq)
-        add_many = main.frontier.add_many
-        try:
-            for run in runs:
-                options: dict[str, Any] = {}
-                if run is runs[-1] and groups:
-                    again, options["ack"] = groups.popitem()
-                    if again is not None:
-                        options["refetch_after"] = again
-                # Every one is new: checked against the store (which only
-                # this process writes) and against the others held.
-                add_many(
-                    [held[0] for held in run],
-                    fingerprints=[held[1] for held in run],
-                    lifo=self.config.start_lifo if run[0][2] else None,
-                    **options,
-                )
-                pending = pending[len(run) :]
-            for again, acked in groups.items():
-                if again is None:
-                    main.frontier.ack_many(acked)
-                else:
-                    main.frontier.ack_many(acked, refetch_after=again)
-        except BaseException:
-            self._rescue(pending)
-            raise
-        main.in_flight -= len(unacked)
-        for _, again in unacked:
-            self._count("crawlq/acked")
-            if again is not None:
-                self._count("crawlq/refetch_scheduled")
-
-    def _rescue(self, pending: list[Pending]) -> None:
-        """Move requests held for a store that failed to the in-memory frontier."""
-        objects = self.main.objects
-        local = self.local_source()
-        for creq, fingerprint, _, request in pending:
-            token = creq.meta.get(TOKEN)
-            if token is not None:
-                objects.pop(token, None)
-            start = creq.priority % 2 == 0  # see crawlq_priority
-            slot = creq.meta[SLOT]
-            entry = (creq.priority, slot, creq.dont_filter, fingerprint, start, creq.not_before)
-            self._add_object(local, request, entry)
 
     def settle(self) -> None:
         """`flush`, marking the store `failed` instead of raising if it fails."""

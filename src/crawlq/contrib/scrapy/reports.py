@@ -1,8 +1,9 @@
 """What the Scrapy scheduler does off the usual path: duplicates, lost requests, failures.
 
 `OffPathReports` is the part of `Scheduler` that logs and counts what does
-not go as planned: a duplicate (through the dupefilter, as Scrapy does), a
-request that cannot be serialized (kept in memory), a stored request that
+not go as planned: a duplicate (through the dupefilter, as Scrapy does, also
+when a shared store finds one only at the batch's write), a request that
+cannot be serialized (kept in memory), a stored request that
 cannot be rebuilt (parked), lost with an earlier run or declined by the
 spider, and a store failure (stop acking, keep new requests
 in memory, close the spider: nothing is lost, it comes back on resume).
@@ -15,7 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..._errors import StoreError
-from .bookkeeping import RecentlySeen
+from .bookkeeping import Counts, RecentlySeen
 from .codec import Unserializable
 from .engine import running_engine
 from .frontiers import Frontiers
@@ -42,10 +43,32 @@ class OffPathReports:
         _log_unserializable: bool
         _recent: RecentlySeen
         _count: Callable[[str], None]
+        _counts: Counts
+        _in_engine: bool
 
     def _duplicate(self, request: scrapy.Request) -> None:
         # Logged (DUPEFILTER_DEBUG) and counted by the dupefilter, as in Scrapy.
         self.df.log(request, self.spider)
+
+    def _late_duplicate(self, request: scrapy.Request, stored: bool) -> None:
+        """Count a request found a duplicate only when its batch was written (a shared store).
+
+        `enqueue_request` accepted it (the engine sent ``request_scheduled``):
+        its enqueued stats are taken back, it is counted and logged as a
+        filtered duplicate, and ``request_dropped`` is sent, as the engine
+        does for a request the scheduler refuses.
+        """
+        counts = self._counts
+        counts.subtract("scheduler/enqueued")
+        counts.subtract("scheduler/enqueued/disk" if stored else "scheduler/enqueued/memory")
+        self._duplicate(request)
+        crawler = self.crawler
+        if crawler is not None and self._in_engine:
+            from scrapy import signals
+
+            crawler.signals.send_catch_log(
+                signals.request_dropped, request=request, spider=self.spider
+            )
 
     def _seen(self, fingerprint: bytes) -> bool:
         """Whether the frontier has seen ``fingerprint`` (for `DupeFilter.request_seen`)."""

@@ -52,6 +52,9 @@ __all__ = ["Scheduler"]
 #: Slot for requests Scrapy files under "" (URLs without a host, e.g. data:).
 _NO_HOST_SLOT: Final = "(no host)"
 _NO_FINGERPRINT: Final = bytes(16)
+#: Longest a shared store's "nothing ready" is believed while requests are in
+#: flight (see `Scheduler.next_request`), in seconds.
+_DRY_FOR: Final = 0.1
 
 
 class Scheduler(OffPathReports, BaseScheduler):
@@ -167,6 +170,8 @@ class Scheduler(OffPathReports, BaseScheduler):
         self._failed: StoreError | None = None
         self._recent = RecentlySeen()
         self._idle: IdleClose | None = None
+        # Until when (monotonic) a shared store's last "nothing ready" holds.
+        self._dry_until = 0.0
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -239,7 +244,13 @@ class Scheduler(OffPathReports, BaseScheduler):
             store.close()
             raise
         self._frontiers = Frontiers(
-            store, config, RequestCodec(spider), self._count, self._dropped, self._store_failed
+            store,
+            config,
+            RequestCodec(spider),
+            self._count,
+            self._dropped,
+            self._store_failed,
+            self._late_duplicate,
         )
         if config.idle_close is not None and self._hook is not None:
             self._idle = IdleClose(crawler, config.idle_close, self._wake_in)
@@ -325,6 +336,15 @@ class Scheduler(OffPathReports, BaseScheduler):
     def enqueue_request(self, request: scrapy.Request) -> bool:
         """Store ``request``; return False if it is a duplicate (the engine drops it).
 
+        A durable store gets it with the next batch (see ``frontiers``). On
+        a shared store (Redis) True means "new to this process": if the
+        batch's write finds another worker or an earlier run stored it, it is
+        counted as a duplicate then (``scheduler/enqueued`` back down,
+        ``dupefilter/filtered`` up, logged by the dupefilter) and
+        ``request_dropped`` is sent for it, after the engine's
+        ``request_scheduled``; it is not fetched. SQLite and memory answer
+        exactly.
+
         ``meta["crawlq_not_before"]`` / ``meta["crawlq_delay"]`` store it to
         be handed out at that time (see ``due``). Raises `InvalidRequest`
         (counted in ``crawlq/invalid``) for a bad value of one of them or of
@@ -393,6 +413,7 @@ class Scheduler(OffPathReports, BaseScheduler):
         if not added:
             self._duplicate(request)
             return False
+        self._dry_until = 0.0  # the store may have a request ready now
         count = self._count
         count("scheduler/enqueued")
         count("scheduler/enqueued/disk" if stored else "scheduler/enqueued/memory")
@@ -404,12 +425,20 @@ class Scheduler(OffPathReports, BaseScheduler):
         """Hand out the next request that is ready, or None (then wake the engine later).
 
         None also while ``CRAWLQ_MAX_IN_FLIGHT`` requests are in the engine:
-        the engine asks again as soon as one finishes.
+        the engine asks again as soon as one finishes. On a shared store, once
+        it said "nothing ready" while requests of this process are in flight,
+        None without a round trip until a request finishes or is enqueued, or
+        0.1 s or the store's next ready time passes (only other workers could
+        change the answer before: the engine asks after every download).
         """
         frontiers = self._frontiers
         assert frontiers is not None, "the scheduler is not open"
+        if self._dry_until and frontiers.handed_out:
+            if time.monotonic() < self._dry_until:
+                return None
+            self._dry_until = 0.0
         try:
-            frontiers.flush()
+            frontiers.flush(lease=True)
             limit = self.config.max_in_flight
             if limit and frontiers.handed_out >= limit:
                 return None
@@ -419,7 +448,10 @@ class Scheduler(OffPathReports, BaseScheduler):
             return None
         if popped is None:
             self._counts.flush()  # idle: let the stats catch up
-            self._wake_later()
+            delay = self._wake_later()
+            if self.config.shared:
+                now = time.monotonic()
+                self._dry_until = now + _DRY_FOR if delay is None else now + min(delay, _DRY_FOR)
             return None
         request, stored = popped
         if self._idle is not None:
@@ -435,21 +467,24 @@ class Scheduler(OffPathReports, BaseScheduler):
         if self._hook is not None:
             self._hook.wake_in(delay, time.monotonic())
 
-    def _wake_later(self) -> None:
+    def _wake_later(self) -> float | None:
+        """Have the engine ask again when a request may be ready; return in how long (or None)."""
         hook = self._hook
         frontiers = self._frontiers
         if hook is None or frontiers is None:
-            return
+            return 0.0
         delay = frontiers.next_ready_in()  # None when nothing is queued or leased
         if delay is not None:
             # Never 0: the engine just heard None, it must not spin on it.
             hook.wake_in(max(delay, 0.005), time.monotonic())
+        return delay
 
     def _finished(self, request: Any) -> None:
         """Ack a request the engine is done with (called by `EngineHook`)."""
         frontiers = self._frontiers
         if frontiers is None:
             return
+        self._dry_until = 0.0  # a slot is free: ask the store again
         try:
             frontiers.finished(request)
         except StoreError as exc:
