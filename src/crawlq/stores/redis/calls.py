@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+import struct
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -31,6 +32,8 @@ from .wire import pack_args, pack_entries
 
 __all__ = [
     "EVICTION_CHECK",
+    "LINKS_HEADER",
+    "LINKS_HELD",
     "FunctionCalls",
     "Pending",
     "lease_pairs",
@@ -43,6 +46,15 @@ __all__ = [
 _FAST_DRAIN: Final = 0.2  # seconds: a batch drained sooner lets the next one grow
 #: Seconds between two looks at the server's ``evicted_keys``.
 EVICTION_CHECK: Final = 5.0
+#: The header of add_links (lua/links.lua): flags (1 lifo, 2 numbered, 4 due
+#: times follow, 8 dedup by seen_ttl, 16 prefetched requests held),
+#: host_concurrency, Bloom bits, Bloom hashes, count, max_requests_per_host,
+#: seen_ttl ms, floor, span.
+LINKS_HEADER: Final = struct.Struct(">BIIBIIddI")
+#: add_links's second header, when prefetched requests are held: lease_timeout
+#: ms, host_delay us, how many to hold after the call, how many are held,
+#: the score (-priority) of the last of them.
+LINKS_HELD: Final = struct.Struct(">ddIId")
 
 #: A call packed (and maybe sent) by `FunctionCalls._call_start`: its packed
 #: command, how to pack its retry, what it does, its key prefix (None: the
@@ -74,6 +86,7 @@ class FunctionCalls:
         _link: Link
         _location: RedisURL
         _lost: int | None
+        _policy_numbers: tuple[int, int, int]
         _policy_packed: bytes
         _popping: bool
         _prefetch: int
@@ -123,6 +136,16 @@ class FunctionCalls:
         """Look at the server's ``evicted_keys`` again from the first call after this long."""
         self._eviction_check_at = time.monotonic() + EVICTION_CHECK
 
+    def _before_call(self) -> None:
+        """What every call of this store's functions checks first: a fork, evictions."""
+        if os.getpid() != self._pid:
+            # A forked copy: the parent owns the prefetched leases.
+            self._new_owner()
+            self._buffer.clear()
+        if not self._allow_eviction and time.monotonic() >= self._eviction_check_at:
+            self._evicted = check_evictions(self._link, self._location.display, self._evicted)
+            self._next_eviction_check()
+
     def _call(
         self,
         function: bytes,
@@ -146,16 +169,10 @@ class FunctionCalls:
     ) -> Pending:
         """Pack a call (and with ``send``, send it now); `_call_end` gets its reply."""
         started = time.monotonic()
-        if os.getpid() != self._pid:
-            # A forked copy: the parent owns the prefetched leases.
-            self._new_owner()
-            self._buffer.clear()
+        self._before_call()
         # The self-check runs in scratch keys and leaves this store's own
         # prefetched requests alone.
         buffer = self._buffer if prefix is None else deque()
-        if not self._allow_eviction and time.monotonic() >= self._eviction_check_at:
-            self._evicted = check_evictions(self._link, self._location.display, self._evicted)
-            self._next_eviction_check()
         self._calls += 1
         if prefix is None:
             head = self._heads.get(function)
@@ -216,6 +233,74 @@ class FunctionCalls:
             if reply[1] or len(reply) > 2:
                 self._take(reply, started)
         return reply
+
+    def _links_start(
+        self, flags: int, header: Sequence[Any], tail: list[bytes], refill: int, send: bool
+    ) -> Pending:
+        """Pack a call of add_links (lua/links.lua), and with ``send`` send it now.
+
+        Only for a call that carries links alone, as `RedisStore.add_start`
+        decides: ``flags`` and ``header`` (the rest of `LINKS_HEADER`),
+        ``tail`` the entries and what follows them, ``refill`` no more than
+        the prefetched requests held. `_links_end` gets its reply.
+        """
+        started = time.monotonic()
+        self._before_call()
+        buffer = self._buffer
+        if buffer:
+            # Should a link come first, the function gives them back (see
+            # conclude in refill.lua), and leases as many afresh.
+            lease_ms, delay_us, _ = self._policy_numbers
+            tail.append(
+                LINKS_HELD.pack(lease_ms, delay_us, refill, len(buffer), -buffer[-1][0].priority)
+            )
+            for request, _ in buffer:
+                lease = request._lease
+                tail.append(lease[0])  # type: ignore[index]
+                tail.append(lease[1])  # type: ignore[index]
+            flags |= 16
+        self._calls += 1
+        head = self._heads.get(b"links")
+        if head is None:
+            head = self._heads[b"links"] = pack_args(
+                [b"FCALL", self._functions[b"links"], b"1", self._prefix, self._owner]
+            )
+        # FCALL, function, 1, prefix, owner, call number, header, tail.
+        start = b"*%d\r\n%b" % (7 + len(tail), head)
+        rest = pack_args([LINKS_HEADER.pack(flags, *header), *tail])
+        # (No "gL" on the number: the store makes no lean call while calls went unanswered.)
+        number = b"%d" % self._calls
+
+        def retried() -> bytes:
+            return start + pack_args([b"r" + number]) + rest
+
+        packed = start + pack_args([number]) + rest
+        sent = self._link.send(packed) if send else None
+        return packed, retried, "adding", None, bool(buffer), sent, started
+
+    def _links_end(self, pending: Pending) -> bytes:
+        """The outcome of an add_links call `_links_start` packed (or sent)."""
+        packed, retried, doing, _, buffered, sent, started = pending
+        try:
+            reply: bytes | list[Any]
+            if sent is None:
+                reply = self._link.call(packed, doing, retried=retried)
+            else:
+                reply = self._link.receive(packed, doing, sent=sent, retried=retried)
+        except StoreError:
+            if buffered:
+                self._suspect = True  # it may have given them back
+            if self._lost is None:
+                self._lost = self._calls
+            raise
+        self._suspect = False
+        self._lost = None
+        if isinstance(reply, bytes):
+            return reply
+        # The prefetched requests went back, replaced by those leased now.
+        self._take(reply, started)
+        outcome: bytes = reply[0]
+        return outcome
 
     def _refill(self, finishing: bool) -> int:
         """How many prefetched requests a changing call should leave this store holding.

@@ -31,6 +31,7 @@ class Library:
         "due",
         "refill",
         "add",
+        "links",
         "pop",
         "ack_or_release",
         "control",
@@ -47,6 +48,7 @@ class Library:
     #: deleted at once, so a full server can still be opened.
     FUNCTIONS: Final = {
         "add": ("add", ""),
+        "links": ("add_links", ""),
         "probe": ("add", "allow-oom"),
         "pop": ("pop", "allow-oom"),
         "ack_or_release": ("ack_or_release", "allow-oom"),

@@ -81,13 +81,14 @@ from ..._recent import RecentlySeen
 from ..._request import Request
 from ..base import Entry, Refetch, StoreCounts
 from . import finishing
-from .calls import FunctionCalls, Pending
+from .calls import FunctionCalls
 from .client import acquire_client, redis_module, release_client
 from .config import RedisURL, Settings, parse_url
 from .conn import Link
 from .controls import RedisControls
 from .finishing import Finishing, finish_items
 from .inspection import Inspection, inspect, purge, server_counters
+from .lean import LeanAdds, PendingAdd, WorkerCounts
 from .open import Dedup, check_server, open_crawl
 from .state import bloom_stats, load_state, save_state
 from .wire import pack, pack_args, pack_entries
@@ -115,14 +116,6 @@ _HOST: Final = itemgetter(1)  # an Entry's host
 
 log = logging.getLogger("crawlq.redis")
 
-#: An add begun by `RedisStore.add_start`: its call, its entries, whether it
-#: carried the acks waiting, the finished leases' arguments left for later
-#: calls with their hosts, mode and head (see `Finishing._finish_pairs`),
-#: and whether it was numbered for a cluster.
-_PendingAdd = tuple[
-    Pending, Sequence[Entry], bool, list[bytes], set[bytes], tuple[bytes, int, list[bytes]], bool
-]
-
 
 def open_store(
     url: str, policy: Policy, fingerprinter: Fingerprinter, options: dict[str, Any]
@@ -149,7 +142,7 @@ def open_store(
     return store, location.display
 
 
-class RedisStore(FunctionCalls, Finishing, RedisControls):
+class RedisStore(FunctionCalls, Finishing, LeanAdds, WorkerCounts, RedisControls):
     """A frontier kept in Redis and shared by every process that opens its URL.
 
     Use `crawlq.open_frontier` with a ``redis://`` URL. See the module
@@ -181,13 +174,12 @@ class RedisStore(FunctionCalls, Finishing, RedisControls):
         self._lease_timeout = policy.lease_timeout
         # Milliseconds (the delay in microseconds) of server time; rounded
         # up so nothing comes early.
-        self._policy_packed = pack_args(
-            [
-                b"%d" % math.ceil(policy.lease_timeout * 1000),
-                b"%d" % math.ceil(round(policy.host_delay * 1_000_000, 3)),
-                b"%d" % (policy.host_concurrency or 0),
-            ]
+        self._policy_numbers = (
+            math.ceil(policy.lease_timeout * 1000),
+            math.ceil(round(policy.host_delay * 1_000_000, 3)),
+            policy.host_concurrency or 0,
         )
+        self._policy_packed = pack_args([b"%d" % n for n in self._policy_numbers])
         self._lifo = policy.lifo
         self._ack_delay = policy.ack_delay
         self._control_head = [
@@ -197,6 +189,9 @@ class RedisStore(FunctionCalls, Finishing, RedisControls):
         self._seen_ttl = policy.seen_ttl
         # add.lua's cap and TTL arguments (set once the crawl's dedup is known).
         self._add_tail = [b"%d" % (policy.max_requests_per_host or 0), b""]
+        # The same for add_links's header.
+        self._cap = policy.max_requests_per_host or 0
+        self._ttl_ms: int | None = None
         # Without a cap, each host's accepted count is for stats only: this
         # worker adds its own up and sends them once a second (a command per
         # host per second, not per request); with a cap add.lua counts exactly.
@@ -250,7 +245,8 @@ class RedisStore(FunctionCalls, Finishing, RedisControls):
         self._bloom_bits, self._bloom_hashes = self._dedup.bits, self._dedup.hashes
         if self._dedup.timed:
             ttl = self._seen_ttl
-            self._add_tail[1] = b"0" if ttl is None else b"%d" % max(1, round(ttl * 1000))
+            self._ttl_ms = 0 if ttl is None else max(1, round(ttl * 1000))
+            self._add_tail[1] = b"%d" % self._ttl_ms
         self._self_check(fingerprinter)
 
     # -- the store protocol ----------------------------------------------------
@@ -273,7 +269,7 @@ class RedisStore(FunctionCalls, Finishing, RedisControls):
         send: bool = False,
         numbering: tuple[int, bytes, int] | None = None,
         refetch: Sequence[Refetch | None] | None = None,
-    ) -> _PendingAdd:
+    ) -> PendingAdd:
         """`add`, up to sending its call (with ``send``); `add_end` finishes it.
 
         A store that spreads one batch over several (a cluster crawl's
@@ -287,9 +283,12 @@ class RedisStore(FunctionCalls, Finishing, RedisControls):
         buffer = self._buffer
         if lifo is None:
             lifo = self._lifo
+        waiting = self._waiting
+        refill = self._refill(bool(finished) or bool(waiting))
+        if self._lean(entries, finished, refill):
+            return self._links_start_add(entries, lifo, send, numbering, refill)
         extra, dues = pack_entries(entries, self._bloom_bits, self._bloom_hashes, lifo)
         extra += self._add_tail
-        waiting = self._waiting
         items, hosts, stride = finish_items(finished, refetch, waiting, self._waiting_hosts)
         # Lua unpacks the leases onto its stack: more go in later calls, after
         # the batch, which keeps children durable before their parents' acks.
@@ -309,20 +308,18 @@ class RedisStore(FunctionCalls, Finishing, RedisControls):
         # gives the batch back, and a caller that keeps popping gets the next
         # request leased in this same call.
         force = bool(buffer) and (self._stale() or any(h in hosts for _, h in buffer))
-        refill = self._refill(bool(items))
         pending = self._call_start(b"add", refill, force, extra, "adding", None, send)
         later = (
             (b"a", 2, [])
             if stride == 2
             else (b"f", 5, [b"" if numbering is None else b"%d" % numbering[0]])
         )
-        return pending, entries, bool(waiting), rest, hosts, later, numbering is not None
+        return pending, entries, bool(waiting), rest, hosts, later, numbering is not None, False
 
-    def add_end(self, started: _PendingAdd) -> list[bool]:
+    def add_end(self, started: PendingAdd) -> list[bool]:
         """The outcome of an add `add_start` began (False marks a duplicate)."""
-        pending, entries, waited, rest, hosts, later, numbered = started
-        reply = self._call_end(pending)
-        outcome: bytes = reply[0]
+        pending, entries, waited, rest, hosts, later, numbered, lean = started
+        outcome: bytes = self._links_end(pending) if lean else self._call_end(pending)[0]
         if numbered:
             outcome, _, mark = outcome.partition(b":")
             self.id_mark = int(mark)
@@ -341,47 +338,6 @@ class RedisStore(FunctionCalls, Finishing, RedisControls):
         ):
             self._send_host_accepted()
         return added
-
-    def recent_seen(self) -> RecentlySeen | None:
-        """The fingerprints the frontier may refuse without a call (see ``crawlq._recent``).
-
-        None for a crawl whose dedup expires (``seen_ttl``): a fingerprint
-        seen a moment ago may be new again now. The requests refused there
-        are counted as duplicates with this worker's per-host counts, once a
-        second, and in `counts` at once.
-        """
-        if self._dedup.timed:
-            return None
-        if self._recent is None:
-            self._recent = RecentlySeen(capped=self._host_accepted is None)
-        return self._recent
-
-    def _send_host_accepted(self) -> None:
-        """Add this worker's per-host accepted counts and its own refusals to the crawl's.
-
-        One round trip. A request the frontier refused from `recent_seen`
-        was offered and is a duplicate: read.lua counts duplicates as seq -
-        seq0 - the rest, so they lower seq0 (seq numbers requests).
-        """
-        counts = self._host_accepted
-        self._host_accepted_at = time.monotonic()
-        hits = 0 if self._recent is None else self._recent.take_hits()
-        commands = []
-        if counts:
-            key = self._prefix + b"accepted"
-            commands = [(b"HINCRBY", key, host.encode(), b"%d" % n) for host, n in counts.items()]
-        if hits:
-            commands.append((b"HINCRBY", self._prefix + b"meta", b"seq0", b"%d" % -hits))
-        if not commands:
-            return
-        try:
-            self._link.commands(commands, "counting accepted requests")
-        except BaseException:
-            if self._recent is not None:
-                self._recent.give_back_hits(hits)
-            raise
-        if counts:
-            counts.clear()
 
     def pop(self) -> Request | None:
         buffer = self._buffer

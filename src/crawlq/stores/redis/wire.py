@@ -18,7 +18,15 @@ from typing import Any, Final
 from ..base import Entry
 from .client import redis_module
 
-__all__ = ["pack", "pack_args", "pack_entries", "read_replies", "round_trip", "send_packed"]
+__all__ = [
+    "pack",
+    "pack_args",
+    "pack_blob",
+    "pack_entries",
+    "read_replies",
+    "round_trip",
+    "send_packed",
+]
 
 
 def pack(args: Sequence[bytes]) -> bytes:
@@ -158,16 +166,13 @@ _LENGTH: Final = struct.Struct(">I")
 _DUE: Final = struct.Struct(">Id")
 
 
-def pack_entries(
-    entries: Sequence[Entry], bloom_bits: int, bloom_hashes: int, lifo: bool
-) -> tuple[list[bytes], bytes]:
-    """The arguments of add.lua for a batch (order, dedup mode, count, entries), and its due times.
+def pack_blob(entries: Sequence[Entry]) -> tuple[bytes, bytes]:
+    """A batch's entries as add.lua's blob, and its due times (empty when none has one).
 
     Each entry is packed big-endian: 16-byte fingerprint, flags byte (bit 0:
     dont_filter), int32 priority, uint32 length + host, uint32 length +
     encoded request. The due times are (uint32 entry number from 1, double
-    ``not_before`` in ms) for the entries that have one, packed; empty when
-    none has (add.lua then takes no argument for them).
+    ``not_before`` in ms) for the entries that have one, packed.
     """
     parts: list[bytes] = []
     append = parts.append
@@ -184,6 +189,18 @@ def pack_entries(
         if request.not_before is not None:
             # Judged by the server's clock (TIME, POSIX): a past one queues at once.
             dues.append(_DUE.pack(len(parts) // 4, request.not_before * 1000))
+    return b"".join(parts), b"".join(dues)
+
+
+def pack_entries(
+    entries: Sequence[Entry], bloom_bits: int, bloom_hashes: int, lifo: bool
+) -> tuple[list[bytes], bytes]:
+    """The arguments of add.lua for a batch (order, dedup mode, count, entries), and its due times.
+
+    The entries and due times as `pack_blob` packs them; add.lua takes no
+    argument for the due times when none has one.
+    """
+    blob, dues = pack_blob(entries)
     # Ids of LIFO-added requests count down from the top, FIFO-added ones
     # up from 0 (add.lua): the order of crawlq._policy.order_key.
     args = [
@@ -191,6 +208,6 @@ def pack_entries(
         b"%d" % bloom_bits,
         b"%d" % bloom_hashes,
         b"%d" % len(entries),
-        b"".join(parts),
+        blob,
     ]
-    return args, b"".join(dues)
+    return args, dues

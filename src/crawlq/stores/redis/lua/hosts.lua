@@ -14,26 +14,38 @@ local function policy_of(name, i, default)
   return default
 end
 
+-- Whether a ready time (ms of server time, 0: none) is still to come: no
+-- TIME for a host that never paced.
+local function to_come(ready)
+  return ready > 0 and ready > now()
+end
+
 -- The state of a host, read once per script and written back by save().
 local function host(name)
   local state = hosts[name]
   if state then
     return state
   end
-  state = { leased = 0, ready = 0 }
   local value = redis.call('HGET', K_HOSTS, name)
   if value then
     local flag, leased, ready, head_score = struct.unpack('>BI4dd', value)
-    state.flag, state.leased, state.ready = flag, leased, ready
+    local head_id, alone, filed, delayed_at = nil, nil, nil, nil
     if #value > 21 then
-      state.head_score, state.head_id = head_score, string.sub(value, 22, 36)
-      state.alone = #value > 36
+      head_id, alone = string.sub(value, 22, 36), #value > 36
+    else
+      head_score = nil
     end
     if flag == FLAG_R then
-      state.filed = padded(leased) .. state.head_id .. name
+      filed = padded(leased) .. head_id .. name
     elseif flag == FLAG_D then
-      state.delayed_at = ready
+      delayed_at = ready
     end
+    -- (every field in the constructor: the table is made at its size once)
+    state = { flag = flag, leased = leased, ready = ready, head_score = head_score,
+      head_id = head_id, alone = alone, filed = filed, delayed_at = delayed_at, dirty = false }
+  else
+    state = { flag = nil, leased = 0, ready = 0, head_score = nil, head_id = nil, alone = nil,
+      filed = nil, delayed_at = nil, dirty = false }
   end
   hosts[name] = state
   return state
@@ -50,13 +62,13 @@ local function place(name, state, later)
   end
   if state.head_id == nil or (limit > 0 and state.leased >= limit) then
     if state.head_id == nil and state.leased <= 0 then
-      if state.ready > now() then
+      if to_come(state.ready) then
         flag = FLAG_D -- keep its pacing until the delay has passed
       end
     else
       flag = FLAG_I
     end
-  elseif state.ready > now() then
+  elseif to_come(state.ready) then
     flag = FLAG_D
   else
     flag = FLAG_R
@@ -94,25 +106,33 @@ local function place(name, state, later)
   state.dirty = true
 end
 
-local function save()
-  local set, forget = {}, {}
+-- Write back the host records this call changed: one HSET, one HDEL.
+local function save_hosts()
+  local set, forget = nil, nil
   for name, state in pairs(hosts) do
     if state.dirty then
       if state.flag then
+        set = set or {}
         set[#set + 1] = name
         set[#set + 1] = struct.pack('>BI4dd', state.flag, state.leased, state.ready,
           state.head_score or 0) .. (state.head_id or '') .. (state.alone and 'p' or '')
       else
+        forget = forget or {}
         forget[#forget + 1] = name
       end
     end
   end
-  if #set > 0 then
+  if set then
     chunked('HSET', K_HOSTS, set, 2)
   end
-  if #forget > 0 then
+  if forget then
     chunked('HDEL', K_HOSTS, forget, 1)
   end
+end
+
+-- Write back the host records and the counters this call moved.
+local function save()
+  save_hosts()
   count_meta('accepted', n_accepted)
   count_meta('popped', n_popped)
   count_meta('released', n_released)

@@ -68,6 +68,7 @@ local function begin(keys, args)
   WORST = tonumber(args[7])
   FORCE = args[8] == '1'
   NBUF = tonumber(args[9])
+  BUF0 = 9
   ARG0 = 9 + 2 * NBUF
   hosts, n_accepted, n_popped, n_released, n_expired, n_refetched, n_revisits =
     {}, 0, 0, 0, 0, 0, 0
@@ -283,11 +284,11 @@ local function conclude(flags, best)
     out[2] = 1
     local ids = {}
     for i = 1, NBUF do
-      ids[i] = ARGS[8 + 2 * i]
+      ids[i] = ARGS[BUF0 + 2 * i - 1]
     end
     local held = redis.call('HMGET', K_LEASE, unpack(ids))
     for i = 1, NBUF do
-      if held[i] and lease_token(held[i]) == ARGS[9 + 2 * i] then
+      if held[i] and lease_token(held[i]) == ARGS[BUF0 + 2 * i] then
         end_lease(ids[i], held[i], 'unpop')
       end
     end

@@ -19,35 +19,46 @@
 -- lookup is one HEXISTS on a listpack.
 local SEEN_LOAD = 48
 
--- The bucket state {level, split, count, changed, field width} of the
--- crawl, read once per call; false for a crawl from before format 5 (its
--- `seen` set).
+-- The bucket state {level, split, count, changed, field width, split
+-- since read, added, 2^level} of the crawl, read once per call; false for
+-- a crawl from before format 5 (its `seen` set). seen_read makes it from
+-- meta's sl, sp, ns and sw, as text (a caller may read them in a command
+-- of its own). Without ns (nil) the count is not known (false): seen_add
+-- counts what it adds in `added`, for seen_count_added to add to ns.
+local function seen_read(level, split, count, width)
+  if level then
+    local l = small_number(level)
+    SEEN = { l, small_number(split), count and tonumber(count) or false, false,
+      small_number(width or '12'), false, 0, 2 ^ l }
+  else
+    SEEN = false
+  end
+  return SEEN
+end
+
 local function seen_state()
   if SEEN == nil then
     local m = redis.call('HMGET', K_META, 'sl', 'sp', 'ns', 'sw')
-    if m[1] then
-      SEEN = { tonumber(m[1]), tonumber(m[2]), tonumber(m[3]), false, tonumber(m[4] or '12') }
-    else
-      SEEN = false
-    end
+    seen_read(m[1], m[2], m[3], m[4])
   end
   return SEEN
 end
 
 local function seen_bucket(state, fingerprint)
   local x = struct.unpack('>I4', fingerprint)
-  local b = x % 2 ^ state[1]
+  local high = state[8]
+  local b = x % high
   if b < state[2] then
-    b = x % 2 ^ (state[1] + 1)
+    b = x % (2 * high)
   end
-  return K_SEEN_B .. string.format('%d', b)
+  return K_SEEN_B .. int_text(b)
 end
 
 -- Split bucket S: the fingerprints whose bit L of x is set move to S + 2^L.
 local function seen_split(state)
   local level, split = state[1], state[2]
   local high = 2 ^ level
-  local old = K_SEEN_B .. string.format('%d', split)
+  local old = K_SEEN_B .. int_text(split)
   local moving, fields = {}, {}
   for _, field in ipairs(redis.call('HKEYS', old)) do
     if struct.unpack('>I4', field) % (2 * high) >= high then
@@ -57,14 +68,14 @@ local function seen_split(state)
     end
   end
   if #moving > 0 then
-    chunked('HSET', K_SEEN_B .. string.format('%d', split + high), fields, 2)
+    chunked('HSET', K_SEEN_B .. int_text(split + high), fields, 2)
     chunked('HDEL', old, moving, 1)
   end
   split = split + 1
   if split >= high then
     level, split = level + 1, 0
   end
-  state[1], state[2], state[4] = level, split, true
+  state[1], state[2], state[4], state[6], state[8] = level, split, true, true, 2 ^ level
 end
 
 -- Record a fingerprint as seen; true if it was not (exact dedup).
@@ -77,11 +88,44 @@ local function seen_add(fingerprint)
   if redis.call('HSETNX', seen_bucket(state, fingerprint), field, '') == 0 then
     return false
   end
-  state[3], state[4] = state[3] + 1, true
-  while state[3] > SEEN_LOAD * (2 ^ state[1] + state[2]) do
-    seen_split(state)
+  state[4] = true
+  if state[3] then
+    state[3] = state[3] + 1
+    while state[3] > SEEN_LOAD * (state[8] + state[2]) do
+      seen_split(state)
+    end
+  else
+    state[7] = state[7] + 1 -- (split by seen_count_added)
   end
   return true
+end
+
+-- After seen_adds with the count not read (see seen_read): add what they
+-- added to meta ns (an HINCRBY, whose integer reply needs no parsing), run
+-- the splits the new count calls for (a batch's fingerprints were all put
+-- in the buckets as they were: a split moves each by its bits, wherever
+-- it came from), and write the new level and split pointer if they moved,
+-- with the meta fields `extra` (name, value, ...) if any, in one HSET.
+local function seen_count_added(extra)
+  local state = SEEN
+  local fields = extra
+  if state and state[7] > 0 then
+    local count = redis.call('HINCRBY', K_META, 'ns', int_text(state[7]))
+    state[3], state[7] = count, 0
+    while count > SEEN_LOAD * (state[8] + state[2]) do
+      seen_split(state)
+    end
+    if state[6] then
+      fields = fields or {}
+      local n = #fields
+      fields[n + 1], fields[n + 2] = 'sl', int_text(state[1])
+      fields[n + 3], fields[n + 4] = 'sp', int_text(state[2])
+    end
+    state[4], state[6] = false, false
+  end
+  if fields then
+    redis.call('HSET', K_META, unpack(fields))
+  end
 end
 
 -- Whether a fingerprint was recorded (exact dedup), without recording it.
@@ -108,12 +152,17 @@ local function seen_remove(fingerprint)
   return true
 end
 
--- Write back what seen_add, seen_split and seen_remove changed.
+-- Write back what seen_add, seen_split and seen_remove changed: the count,
+-- and the level and split pointer when a bucket split.
 local function seen_save()
   if SEEN and SEEN[4] then
-    redis.call('HSET', K_META, 'sl', string.format('%d', SEEN[1]), 'sp',
-      string.format('%d', SEEN[2]), 'ns', string.format('%d', SEEN[3]))
-    SEEN[4] = false
+    if SEEN[6] then
+      redis.call('HSET', K_META, 'ns', int_text(SEEN[3]), 'sl', int_text(SEEN[1]), 'sp',
+        int_text(SEEN[2]))
+    else
+      redis.call('HSET', K_META, 'ns', int_text(SEEN[3]))
+    end
+    SEEN[4], SEEN[6] = false, false
   end
 end
 

@@ -7,8 +7,9 @@
 -- pacing), queues.lua (per-host lists), leases.lua (lease records and their
 -- end), due.lua (scheduled requests: held until their due time) and
 -- refill.lua (the frame of a changing call: begin, take, conclude, replay),
--- then the entry points (add.lua, pop.lua, ack_or_release.lua,
--- control.lua, read.lua, inspect.lua, open.lua), so each local function is
+-- then the entry points (add.lua, links.lua: the lean add of a call that
+-- carries only links, pop.lua, ack_or_release.lua, control.lua, read.lua,
+-- inspect.lua, open.lua), so each local function is
 -- defined before the text that calls it. The library is named after a hash
 -- of its source so different crawlq versions can share a server; its top
 -- level runs once at load, so a call pays only for its own work.
@@ -106,7 +107,8 @@
 --                    "@" .. owner -> outcome of the owner's last call, so a
 --                    call retried after a lost reply gets the first outcome
 --                    instead of running twice (written with the leases, in
---                    the same HSET)
+--                    the same HSET; by add_links only when it accepted or
+--                    capped a link, see links.lua)
 local FLAG_R, FLAG_D, FLAG_I = 82, 68, 73
 
 -- The context of the current call, set by begin(). Functions run one at a
@@ -114,9 +116,12 @@ local FLAG_R, FLAG_D, FLAG_I = 82, 68, 73
 local ARGS, P, K_META, K_SEEN, K_BLOOM, K_HOSTS, K_READY, K_DELAYED
 local K_LEASES, K_LEASE, K_Q, K_P, K_ACCEPTED, K_SEEN_AT, K_BLOCKS, K_POLICY, K_SEEN_B, K_L, K_I
 local K_DUE, K_R
--- The crawl's per-host policies (see host_policies), or false if none.
+-- The crawl's per-host policies (see POLICIES), or false if none; nil
+-- until load_policies has read them.
 local HOST_POLICY
 local OWNER, RETRY, CALL, LEASE_MS, DELAY_MS, CONCURRENCY, REFILL, WORST, FORCE, NBUF, ARG0
+-- The prefetched requests' (id, token) pairs are ARGS[BUF0 + 1] on.
+local BUF0
 -- Server time in ms with its microseconds as a fraction, read once per call
 -- and only when needed: host delays and ready times keep the fraction (in
 -- scores and host records, both doubles), so a delay is never cut short by
@@ -191,9 +196,16 @@ local POLICIES = {}
 -- The exact dedup's bucket state of the current call (see seen_state in seen.lua).
 local SEEN
 
-local function set_keys(prefix)
-  P = prefix
+-- The call's key names (made once per crawl). The crawl's host policies
+-- are unknown (HOST_POLICY nil) until load_policies: set_keys reads both.
+local function use_keys(prefix)
   NOW = nil -- every call starts here: a new call, a new time
+  SEEN = nil
+  HOST_POLICY = nil
+  if prefix == P then
+    return -- the last call's crawl: its names are set
+  end
+  P = prefix
   local names = KEY_NAMES[P]
   if names == nil then
     names = { P .. 'meta', P .. 'seen', P .. 'bloom', P .. 'hosts', P .. 'ready',
@@ -208,7 +220,11 @@ local function set_keys(prefix)
   end
   K_META, K_SEEN, K_BLOOM, K_HOSTS, K_READY, K_DELAYED, K_LEASES, K_LEASE, K_Q, K_P,
     K_ACCEPTED, K_SEEN_AT, K_BLOCKS, K_POLICY, K_SEEN_B, K_L, K_I, K_DUE, K_R = unpack(names)
-  SEEN = nil
+end
+
+-- The crawl's host policies into HOST_POLICY (see POLICIES): a table
+-- lookup, and a TIME, per call; HGETALL once they are BOUND_MS old.
+local function load_policies()
   local cached = POLICIES[P]
   if cached == nil or now() - cached[2] > BOUND_MS then
     local policies = {}
@@ -224,6 +240,11 @@ local function set_keys(prefix)
     POLICIES[P] = cached
   end
   HOST_POLICY = cached[1]
+end
+
+local function set_keys(prefix)
+  use_keys(prefix)
+  load_policies()
 end
 
 -- Lease counts as the 8-digit prefix of a ready member; a table lookup is
@@ -255,6 +276,20 @@ local function int_text(n)
     end
   end
   return text
+end
+
+-- Small integers from text, by table lookup rather than number parsing.
+local NUMBER_OF = {}
+
+local function small_number(text)
+  local n = NUMBER_OF[text]
+  if n == nil then
+    n = tonumber(text)
+    if n < 4096 and n > -4096 then
+      NUMBER_OF[text] = n
+    end
+  end
+  return n
 end
 
 -- Move the meta counter `field` by n (no command when n is 0).
