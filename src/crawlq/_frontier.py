@@ -246,14 +246,8 @@ class Frontier(EntryChecks, Finishing, HostControls):
             lifo = None
         if self._recent is not None:
             added = self._add_known(entries, finished, lifo=lifo, refetch=refetch)
-        elif not entries and not finished:
-            added = []
-        elif refetch is not None:
-            added = self._store.add(entries, finished, lifo=lifo, refetch=refetch)
-        elif lifo is not None:
-            added = self._store.add(entries, finished, lifo=lifo)
         else:
-            added = self._store.add(entries, finished)
+            added = self._send(entries, finished, lifo, refetch)
         if not skipped:
             return added
         self._skipped += len(skipped)
@@ -262,6 +256,22 @@ class Frontier(EntryChecks, Finishing, HostControls):
     def _count_skipped(self, skipped: list[int] | None) -> None:
         if skipped:
             self._skipped += len(skipped)
+
+    def _send(
+        self,
+        entries: Sequence[Entry],
+        finished: Sequence[object],
+        lifo: bool | None,
+        refetch: Sequence[Refetch | None] | None,
+    ) -> list[bool]:
+        """One store add of prepared entries and the leases they finish (none: no call)."""
+        if not entries and not finished:
+            return []
+        if refetch is not None:
+            return self._store.add(entries, finished, lifo=lifo, refetch=refetch)
+        if lifo is not None:
+            return self._store.add(entries, finished, lifo=lifo)
+        return self._store.add(entries, finished)
 
     def _add_known(
         self,
@@ -275,14 +285,7 @@ class Frontier(EntryChecks, Finishing, HostControls):
         recent = self._recent
         assert recent is not None
         sent, known = recent.split(entries) if entries else (entries, None)
-        if not sent and not finished:
-            added = []
-        elif refetch is not None:
-            added = self._store.add(sent, finished, lifo=lifo, refetch=refetch)
-        elif lifo is not None:
-            added = self._store.add(sent, finished, lifo=lifo)
-        else:
-            added = self._store.add(sent, finished)
+        added = self._send(sent, finished, lifo, refetch)
         recent.learn(sent, added)
         return added if known is None else recent.merge(added, known, len(entries))
 

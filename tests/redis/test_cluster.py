@@ -22,6 +22,7 @@ from crawlq.cli import app
 from crawlq.stores.redis.cluster import inspection as admin
 from crawlq.stores.redis.cluster.shards import shard_of
 from crawlq.stores.redis.config import parse_url
+from tests.redis._lost_reply import lose_next_reply
 from tests.redis_cluster import RedisCluster as Cluster
 
 _names = itertools.count()
@@ -327,8 +328,6 @@ def test_a_lost_reply_is_not_run_twice_on_a_shard(
     shard (a call) and across shards (calls sent together, replies read after)."""
     import redis
 
-    from crawlq.stores.redis import conn as _redis_conn
-
     from .test_store import _lose_next_reply
 
     frontier = crawlq.open_frontier(_crawl(redis_cluster_url, "lost"))
@@ -339,17 +338,7 @@ def test_a_lost_reply_is_not_run_twice_on_a_shard(
     assert lost
     monkeypatch.undo()
 
-    real_read = _redis_conn.read_replies
-    dropped: list[object] = []
-
-    def read_then_lose(conn: object, replies: int) -> list[object]:
-        got = real_read(conn, replies)
-        if not dropped:
-            dropped.append(got)
-            raise redis.TimeoutError("timeout reading (test)")
-        return got
-
-    monkeypatch.setattr(_redis_conn, "read_replies", read_then_lose)
+    dropped = lose_next_reply(monkeypatch)
     spread = [Request(f"https://spread{i}.example/") for i in range(40)]
     assert frontier.add_many(spread + spread[:3]) == [True] * 40 + [False] * 3
     assert dropped

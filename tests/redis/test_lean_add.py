@@ -19,6 +19,7 @@ import redis
 
 import crawlq
 from crawlq import Request
+from tests.redis._lost_reply import lose_next_reply
 
 from .test_store import _lose_next_reply
 
@@ -170,24 +171,13 @@ def test_a_retried_lean_add_on_a_cluster_shard_reports_its_first_outcome(
     redis_cluster_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Numbered calls, sent together to their shards: each retried with its own flags."""
-    from crawlq.stores.redis import conn as _redis_conn
     from crawlq.stores.redis.cluster import inspection as cluster_admin
 
     url = f"{redis_cluster_url}?crawl=lean-retry-{time.monotonic_ns()}"
     frontier = crawlq.open_frontier(url)
     links = [f"https://spread{i}.example/" for i in range(30)]
     frontier.add_many(links[:10])
-    real_read = _redis_conn.read_replies
-    dropped: list[object] = []
-
-    def read_then_lose(conn: object, replies: int) -> list[object]:
-        got = real_read(conn, replies)
-        if not dropped:
-            dropped.append(got)
-            raise redis.TimeoutError("timeout reading (test)")
-        return got
-
-    monkeypatch.setattr(_redis_conn, "read_replies", read_then_lose)
+    dropped = lose_next_reply(monkeypatch)
     assert frontier.add_many(links) == [False] * 10 + [True] * 20
     assert dropped
     monkeypatch.undo()
