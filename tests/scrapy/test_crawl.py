@@ -44,21 +44,29 @@ def assert_finished(result: Result) -> None:
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
 
 
-def test_memory_crawl_fetches_every_page_once_with_scrapy_stat_names(
-    site: ServedSite, make_crawl: Any
-) -> None:
-    result = make_crawl({"SCHEDULER": SCHEDULER}).run()
+def assert_crawled_once(result: Result, site: ServedSite, kept: str) -> dict[str, Any]:
+    """A finished crawl: every page fetched once, counted under Scrapy's stat names.
+
+    ``kept`` is where the scheduler kept requests ("memory" or "disk"). Every
+    duplicate was refused (by enqueue_request, or by the write that found it)
+    and request_dropped fired for each. Returns the stats.
+    """
     assert_finished(result)
     assert_exactly_once(site)
     pages = len(site.expected())
     stats = result.stats
-    assert stats["scheduler/enqueued"] == stats["scheduler/enqueued/memory"] == pages
-    assert stats["scheduler/dequeued"] == stats["scheduler/dequeued/memory"] == pages
+    assert stats["scheduler/enqueued"] == stats[f"scheduler/enqueued/{kept}"] == pages
+    assert stats["scheduler/dequeued"] == stats[f"scheduler/dequeued/{kept}"] == pages
     assert stats["crawlq/acked"] == pages
-    # Every duplicate was refused by enqueue_request, and the engine fired
-    # request_dropped for each.
     assert stats["dupefilter/filtered"] > 1000
     assert result.data is not None and result.data["dropped"] == stats["dupefilter/filtered"]
+    return stats
+
+
+def test_memory_crawl_fetches_every_page_once_with_scrapy_stat_names(
+    site: ServedSite, make_crawl: Any
+) -> None:
+    stats = assert_crawled_once(make_crawl({"SCHEDULER": SCHEDULER}).run(), site, "memory")
     assert "scheduler/unserializable" not in stats
 
 
