@@ -64,7 +64,7 @@ def log(message: str) -> None:
 # -- the worker process ------------------------------------------------------------
 
 
-def child(url: str, steps: int, mark: int) -> None:
+def child(url: str, steps: int, mark: int, shards: int) -> None:
     """The worker: seeds, then A1's steps on "go"; reports on stdout, one line each."""
     import crawlq
 
@@ -75,7 +75,8 @@ def child(url: str, steps: int, mark: int) -> None:
         make(u, priority=p) for u, p in zip(plan.child_urls, plan.child_priorities, strict=True)
     ]
     batches = [children[i : i + plan.fanout] for i in range(0, len(children), plan.fanout)]
-    frontier = crawlq.open_frontier(url, host_delay=0.0, host_concurrency=None)
+    options: dict[str, Any] = {"shards": shards} if url.startswith("redis+cluster") else {}
+    frontier = crawlq.open_frontier(url, host_delay=0.0, host_concurrency=None, **options)
     frontier.add_many(seeds)
     frontier.flush()
     say("ready")
@@ -152,11 +153,13 @@ def _cpus(nodes: list[Node]) -> list[float]:
     return [node.cpu() for node in nodes]
 
 
-def _commands(nodes: list[Node]) -> dict[str, int]:
-    total: dict[str, int] = {}
+def _commands(nodes: list[Node]) -> dict[str, tuple[int, int]]:
+    """Calls and microseconds of each command, all nodes summed."""
+    total: dict[str, tuple[int, int]] = {}
     for node in nodes:
-        for name, (calls, _) in node.commands().items():
-            total[name] = total.get(name, 0) + calls
+        for name, (calls, usec) in node.commands().items():
+            had = total.get(name, (0, 0))
+            total[name] = (had[0] + calls, had[1] + usec)
     return total
 
 
@@ -171,6 +174,7 @@ def measure(primaries: int, args: argparse.Namespace, env: dict[str, str], root:
             url = f"redis://127.0.0.1:{nodes[0].port}/0?crawl=a1"
         command = ["taskset", "-c", str(args.cpu), sys.executable, "-m", "benchmarks.cluster_a1"]
         command += ["--child", url, "--steps", str(args.steps), "--mark", str(args.mark)]
+        command += ["--shards", str(args.shards)]
         worker = subprocess.Popen(
             command,
             stdin=subprocess.PIPE,
@@ -221,7 +225,9 @@ def measure(primaries: int, args: argparse.Namespace, env: dict[str, str], root:
         "busiest_us": max(per_node),
         "per_node_us": per_node,
         "window_us": windows,
-        "commands": {name: calls / steps for name, calls in commands.items()},
+        "commands": {name: calls / steps for name, (calls, _) in commands.items()},
+        "fcall_us": commands.get("fcall", (0, 0))[1] / steps,
+        "command_us": {name: usec / steps for name, (_, usec) in commands.items()},
         "ok": left == want,
         "left": left,
         "want": want,
@@ -240,6 +246,7 @@ def summary(kind: str, runs: list[Result]) -> list[str]:
         f"  server CPU/step, all servers: {med(r['server_us'] for r in runs):.0f} us "
         f"(runs: {each})",
         f"  busiest server: {med(r['busiest_us'] for r in runs):.0f} us",
+        f"  inside function calls (commandstats): {med(r['fcall_us'] for r in runs):.0f} us/step",
         f"  steps/s (pinned, one core for all): {med(r['steps'] / r['seconds'] for r in runs):.0f}",
     ]
     windows = [med(w) for w in zip(*(r["window_us"] for r in runs), strict=True)]
@@ -252,6 +259,11 @@ def summary(kind: str, runs: list[Result]) -> list[str]:
         "  commands/step: "
         + ", ".join(f"{n.upper()} {v:.1f}" for n, v in sorted(per.items(), key=lambda kv: -kv[1]))
     )
+    us = {n: med(r["command_us"].get(n, 0.0) for r in runs) for n in shown}
+    lines.append(
+        "  commands' own us/step (commandstats): "
+        + ", ".join(f"{n.upper()} {v:.1f}" for n, v in sorted(us.items(), key=lambda kv: -kv[1]))
+    )
     return lines
 
 
@@ -260,6 +272,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=4_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--primaries", type=int, default=3)
+    parser.add_argument("--shards", type=int, default=16, help="the cluster crawl's shards")
     parser.add_argument("--cpu", type=int, default=1)
     parser.add_argument("--mark", type=int, default=1_000, help="steps per window")
     parser.add_argument("--only", choices=("cluster", "single"), default=None)
@@ -274,7 +287,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.child:
-        child(args.child, args.steps, args.mark)
+        child(args.child, args.steps, args.mark, args.shards)
         return 0
     kinds = [("cluster", args.primaries), ("single", 0)]
     if args.only:
@@ -288,7 +301,11 @@ def main(argv: list[str] | None = None) -> int:
                 results.setdefault(kind, []).append(measure(primaries, args, env, Path(tmp)))
     lines = []
     for kind, runs in results.items():
-        label = f"cluster of {args.primaries} primaries" if kind == "cluster" else "one server"
+        label = (
+            f"cluster of {args.primaries} primaries, {args.shards} shards"
+            if kind == "cluster"
+            else "one server"
+        )
         lines += summary(label, runs)
     if len(results) == 2:
         med = statistics.median

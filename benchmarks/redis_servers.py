@@ -8,7 +8,9 @@ redis-server on a free 127.0.0.1 port, no persistence, stopped by its pid),
 serves; ``shards_per_node`` the same in node order), ``placement`` (where
 ``redis-cli --cluster create`` would put them on N primaries) and
 ``cpu_seconds`` (a process's CPU time, from ``/proc``). Nodes may be pinned
-to CPUs (``taskset -c``), all threads of the server included.
+to CPUs (``taskset -c``), all threads of the server included. For a trial,
+``CRAWLQ_BENCH_REDIS_ARGS`` adds options to every server's command line (e.g.
+``"--zset-max-listpack-entries 0"``: which encodings cost what).
 """
 
 from __future__ import annotations
@@ -91,6 +93,7 @@ class Node:
             args = [*pin, binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
             args += ["--appendonly", "no", "--dir", str(self.directory), "--protected-mode", "no"]
             args += ["--logfile", str(self.directory / "log")]
+            args += os.environ.get("CRAWLQ_BENCH_REDIS_ARGS", "").split()
             if self.cluster:
                 args += ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
             self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL)

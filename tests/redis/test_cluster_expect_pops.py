@@ -127,3 +127,33 @@ def test_no_pops_said_leases_nothing_ahead(crawl: str, leases: Leases) -> None:
     assert leases.leased == 0 and sum(_held(store)) == 0
     assert len(frontier) == 20
     frontier.close()
+
+
+def test_few_shards_each_lease_their_share_of_the_pops(redis_cluster_url: str) -> None:
+    """3 shards: a write's call leases a third of the batch's pops, not two; fewer calls a page."""
+    pages = 640
+    calls = {"replies": 0, "most": 0}
+    take = RedisStore._take
+
+    def counting(store: RedisStore, reply: list[Any], started: float) -> None:
+        calls["replies"] += 1
+        calls["most"] = max(calls["most"], (len(reply) - 2) // 4)
+        take(store, reply, started)
+
+    async def run() -> tuple[int, list[int]]:
+        frontier = crawlq.open_frontier(
+            f"{redis_cluster_url}?crawl=expect-pops-{next(_names)}", shards=3
+        )
+        async with crawlq.Scheduler(frontier) as scheduler:
+            store = scheduler.frontier._store
+            assert isinstance(store, ClusterStore)
+            await scheduler.add_many([Request(f"https://s{i}.example/") for i in range(64)])
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(RedisStore, "_take", counting)
+                done = await crawl_in_step(scheduler, pages, ack_with_links=False)
+            return done, _held(store)
+
+    done, held = asyncio.run(run())
+    assert done >= pages
+    assert max(held) <= 11 and calls["most"] > 2
+    assert calls["replies"] <= 0.4 * done
