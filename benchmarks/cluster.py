@@ -1,7 +1,7 @@
 """The Redis Cluster benchmark: the W2 crawl step by worker processes, per setup, one run.
 
 ``python -m benchmarks.cluster [--quick] [--repeat N] [--workers N] [--primaries 1,3,6]
-[--pin CPU|off] [--output FILE]``
+[--shards 16] [--pin CPU|off] [--output FILE]``
 
 Measures the W2 step a user's loop makes (dequeue one request, offer its five
 children from the W2 plan, half of them already seen, ack it) by ``--workers``
@@ -9,7 +9,11 @@ processes started together, on:
 
 - crawlq on one plain redis-server (``redis://``),
 - crawlq on a Redis Cluster of each size in ``--primaries`` (default 1, 3 and
-  6 primaries; ``redis+cluster://``, 16 shards),
+  6 primaries; ``redis+cluster://``) with each shard count in ``--shards``
+  (the crawl's ``shards`` option, fixed when it is created; default 16,
+  crawlq's default): every size and shard count is a setup of its own,
+  e.g. ``--primaries 3 --shards 16,3`` measures 3 primaries with 16 shards
+  and with 3,
 - scrapy-redis on one plain redis-server (its PriorityQueue and RFPDupeFilter,
   as `benchmarks.peers.ScrapyRedis` drives it).
 
@@ -34,7 +38,8 @@ those runs.
 
 ``src/crawlq`` is copied at start, so the whole run measures the same code.
 Writes ``benchmarks/CLUSTER.md`` (also printed) and the raw results to
-``benchmarks/results/cluster-<time>.json``.
+``benchmarks/results/cluster-<time>.json`` (each run with its shard count;
+the shards' placement on every measured and derived size, per shard count).
 
 This module is the run: its options, one measurement and the results file.
 The servers are in ``benchmarks.redis_servers``, the worker processes and the
@@ -93,13 +98,13 @@ def measure(
 
     ``cpus``: pin the servers and the worker processes there (None: unpinned).
     The crawl is named "bench" every time (the servers are new), so its shards
-    sit on the same primaries in every run.
+    sit on the same primaries in every run of a setup.
     """
     crawl = "bench"
     with servers(setup.primaries, root / f"{setup.key}-{run}", cpus) as nodes:
         where = ",".join(f"127.0.0.1:{n.port}" for n in nodes[:2])
         if setup.primaries:
-            url, options = f"redis+cluster://{where}/?crawl={crawl}", {"shards": SHARDS}
+            url, options = f"redis+cluster://{where}/?crawl={crawl}", {"shards": setup.shards}
         elif setup.impl == "crawlq":
             url, options = f"redis://{where}/0?crawl={crawl}", {}
         else:
@@ -118,9 +123,14 @@ def measure(
             result["check"] = check(job, result.pop("urls"))
         if setup.primaries:
             # in node order, as primary_us; the tags let the report place them on N primaries
-            result["shards_per_node"] = shards_per_node(nodes, crawl)
+            result["tags"] = tags = crawl_tags(nodes, crawl)
+            result["shards_per_node"] = shards_per_node(nodes, tags)
             result["shards_per_primary"] = sorted(result["shards_per_node"], reverse=True)
-            result["tags"] = crawl_tags(nodes, crawl)
+            if len(tags) != setup.shards:  # what the run measured is not the setup
+                wrong, before = f"the crawl has {len(tags)} shards, not {setup.shards}", ""
+                if result.get("check") not in (None, "ok"):
+                    before = f"{result['check']}; "
+                result["check"] = before + wrong
     return result
 
 
@@ -177,6 +187,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="Redis Cluster sizes to measure, comma-separated (default 1,3,6)",
     )
     parser.add_argument(
+        "--shards",
+        type=_shards,
+        default=(SHARDS,),
+        help="the crawl's shard counts on each cluster size, comma-separated, one setup "
+        f"each (default {SHARDS})",
+    )
+    parser.add_argument(
         "--pin",
         type=_pin,
         default=(1,),
@@ -205,6 +222,13 @@ def _sizes(text: str) -> tuple[int, ...]:
     return sizes
 
 
+def _shards(text: str) -> tuple[int, ...]:
+    counts = tuple(dict.fromkeys(int(n) for n in text.split(",") if n.strip()))
+    if not counts or not all(1 <= n <= 1024 for n in counts):
+        raise argparse.ArgumentTypeError("shard counts are whole numbers from 1 to 1,024")
+    return counts
+
+
 def _pin(text: str) -> tuple[int, ...] | None:
     if text == "off":
         return None
@@ -218,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     steps = STEPS["quick" if args.quick else "full"]
     started, clock = dt.datetime.now(dt.UTC), perf()
     load_start = os.getloadavg()[0]
-    chosen = setups(args.primaries)
+    chosen = setups(args.primaries, args.shards)
     # pinned first in each repeat, then unpinned, every setup once in each: noise spreads
     modes = [("pinned", args.pin), ("unpinned", None)] if args.pin else [("unpinned", None)]
     runs: dict[str, list[Result]] = {s.key: [] for s in chosen}
@@ -237,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
                     except Exception as exc:  # keep going: the report shows the error
                         result = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
                     result.update(mode=mode, repeat=repeat, wall_s=perf() - begin)
+                    result["shards"] = setup.shards or None  # None: a plain server
                     result["load1"] = os.getloadavg()[0]
                     runs[setup.key].append(result)
                     outcome = result.get("error") or result.get("check")
@@ -258,16 +283,20 @@ def main(argv: list[str] | None = None) -> int:
         "seeds": SEEDS,
         "seconds": perf() - clock,
         "load_start": load_start,
-        "shards": SHARDS,
+        "shards": list(args.shards),
         "setups": [asdict(s) for s in chosen],
         "runs": runs,
         "environment": where,
     }
-    # where redis-cli would put the crawl's shards on each size, measured or derived
-    tags = next((r["tags"] for rs in runs.values() for r in rs if "tags" in r), None)
-    if tags:
-        sizes = sorted({*args.primaries, *DERIVED})
-        document["placements"] = {str(n): placement(tags, n) for n in sizes}
+    # per shard count, where redis-cli would put the crawl's shards on each size,
+    # measured or derived
+    sizes = sorted({*args.primaries, *DERIVED})
+    document["placements"] = {}
+    for count in args.shards:
+        keys = {s.key for s in chosen if s.primaries and s.shards == count}
+        found = (r["tags"] for key in keys for r in runs[key] if "tags" in r)
+        if tags := next(found, None):
+            document["placements"][str(count)] = {str(n): placement(tags, n) for n in sizes}
     raw = HERE / "results" / f"cluster-{started:%Y%m%d-%H%M%S}{'-quick' if args.quick else ''}.json"
     raw.parent.mkdir(exist_ok=True)
     raw.write_text(json.dumps(document, indent=1) + "\n")

@@ -1,13 +1,14 @@
 """A1 on a Redis Cluster against one server: server CPU and server commands per step.
 
-``python -m benchmarks.cluster_a1 [--steps 4000] [--runs 3] [--primaries 3] [--cpu 1]
-[--mark 1000] [--only cluster|single] [--source SRC] [--output FILE]``
+``python -m benchmarks.cluster_a1 [--steps 4000] [--runs 3] [--primaries 3] [--shards 16]
+[--cpu 1] [--mark 1000] [--only cluster|single] [--source SRC] [--output FILE]``
 
 A1 is crawlq's asyncio `Scheduler` with 32 coroutines, each doing the W2 step
 (``get`` a request, ``sleep(0)``, ``add_many`` its five children from the W2
 plan, half of them already seen, ``task_done``) until ``--steps`` steps are
 done, after 1,000 seeds added untimed. It runs on a fresh Redis Cluster of
-``--primaries`` primaries (``redis+cluster://``, the default 16 shards) and on
+``--primaries`` primaries (``redis+cluster://``, ``--shards`` shards, default
+16 as crawlq's) and on
 one fresh plain redis-server (``redis://``), ``--runs`` times each, every run
 with fresh servers and a fresh worker process (``python -m
 benchmarks.cluster_a1 --child``).
@@ -19,7 +20,9 @@ runs on another core. Server CPU is user + system time from ``/proc/PID/stat``
 every ``--mark`` steps done (the cost per step of each window: does it grow
 with the run?) and at the end; commands per step are ``INFO commandstats``
 after a ``CONFIG RESETSTAT`` at the start (commands that crawlq's functions
-run count as the commands they are). Each timed run holds ``flock
+run count as the commands they are), with their microseconds (each
+command's own; FCALL's include the commands it runs, and commandstats'
+microsecond clock makes small commands' figures coarse). Each timed run holds ``flock
 /tmp/crawlq-bench.lock`` (others benchmark on this machine). ``src/crawlq`` is
 copied at start (``--source``: another ``src`` folder, e.g. an older
 checkout's), so every run measures the same code. Prints medians of the

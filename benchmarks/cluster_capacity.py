@@ -2,11 +2,14 @@
 
 The capacity of a layout is what its busiest server can take: Redis runs
 commands on one thread, so a cluster saturates when its busiest primary does,
-whatever the others still have. The table gives, per measured layout, the
-shards per primary as placed, the busiest primary's server CPU per step and
-the pages/s ceiling 1e6 / that; larger clusters are derived from where
-``redis-cli --cluster create`` would place the same crawl's shards (computed
-by `benchmarks.redis_servers.placement`) times the measured cost per shard.
+whatever the others still have. The table gives, per measured layout (a
+cluster size with a shard count), the shards per primary as placed, the
+busiest primary's server CPU per step and the pages/s ceiling 1e6 / that;
+larger clusters are derived, per shard count, from where ``redis-cli
+--cluster create`` would place the same crawl's shards (computed by
+`benchmarks.redis_servers.placement`) times the cost per shard measured on
+the largest cluster with that shard count. A crawl's shards cap its useful
+primaries at their count.
 """
 
 from __future__ import annotations
@@ -16,7 +19,20 @@ import statistics
 from itertools import groupby
 from typing import Any
 
-from benchmarks.cluster_report import ONE, PEER, SHARDS, Setup, cpu_mode, median, runs_of
+from benchmarks.cluster_report import (
+    ONE,
+    PEER,
+    SHARDS,
+    Setup,
+    cluster_of,
+    cpu_mode,
+    load_setups,
+    median,
+    plural,
+    runs_of,
+    several,
+    shard_counts,
+)
 
 Result = dict[str, Any]
 #: Cluster sizes the capacity table derives (those larger than the largest measured one).
@@ -36,6 +52,22 @@ def _spread(counts: list[int]) -> str:
     return ", ".join(f"{len(list(g))} x {k}" for k, g in groupby(counts))
 
 
+def _row(name: str, held: str, spread: str, busiest: float | None, shard: str) -> str:
+    ceiling = _pages(1e6 / busiest) if busiest else "-"
+    cost = f"{busiest:.1f}" if busiest else "-"
+    return f"| {name} | {held} | {spread} | {cost} | {shard} | {ceiling} |"
+
+
+def placements_of(document: Result) -> dict[int, dict[int, list[int]]]:
+    """Per shard count, per cluster size N, the shards per primary (busiest first) where
+    ``redis-cli --cluster create`` would put them; a run made before ``--shards`` kept
+    one shard count's, by size."""
+    raw = document.get("placements", {})
+    if isinstance(document.get("shards", SHARDS), int):
+        return {document.get("shards", SHARDS): {int(n): c for n, c in raw.items()}}
+    return {int(k): {int(n): c for n, c in sizes.items()} for k, sizes in raw.items()}
+
+
 def per_shard(document: Result, key: str) -> float | None:
     """A cluster's server CPU per step per shard: for each run, the highest over its
     primaries of the primary's us/step over the shards it holds; the median of the runs."""
@@ -48,11 +80,10 @@ def per_shard(document: Result, key: str) -> float | None:
 
 
 def capacity_section(document: Result) -> list[str]:
-    """The capacity table (measured, then derived rows) and what it rests on."""
+    """The capacity table (per shard count, measured then derived rows) and what it
+    rests on."""
     d = document
     cpu = cpu_mode(d)
-    setups = [Setup(**s) for s in d["setups"]]
-    clusters = [s for s in setups if s.primaries]
     lines = [
         "## Capacity: pages/s from the busiest primary",
         "",
@@ -60,14 +91,31 @@ def capacity_section(document: Result) -> list[str]:
         f"| busiest primary us/step ({cpu}) | us/step per shard | pages/s ceiling |",
         "| --- | ---: | --- | ---: | ---: | ---: |",
     ]
-
-    def row(name: str, held: str, spread: str, busiest: float | None, shard: str) -> None:
-        ceiling = _pages(1e6 / busiest) if busiest else "-"
-        cost = f"{busiest:.1f}" if busiest else "-"
-        lines.append(f"| {name} | {held} | {spread} | {cost} | {shard} | {ceiling} |")
-
     for key, name in ((ONE, "crawlq, one redis-server"), (PEER, "scrapy-redis, one redis-server")):
-        row(name, "1 (plain server)", "-", median(d, key, "server_us"), "-")
+        lines.append(_row(name, "1 (plain server)", "-", median(d, key, "server_us"), "-"))
+    notes = [
+        "The pages/s ceiling is 1e6 / the busiest primary's server CPU us per step (on one "
+        "server, its us per step): Redis runs commands on one thread, so a cluster saturates "
+        "when its busiest primary does. The shards per primary are as measured, busiest "
+        'first; "us/step per shard" is, per run, the highest over the cluster\'s primaries of '
+        "a primary's us/step over the shards it holds (so a primary's fixed work, cron and "
+        "cluster bus, weighs on those holding few shards), median of the runs.",
+    ]
+    for shards in shard_counts(d):
+        clusters = [s for s in load_setups(d) if s.primaries and s.shards == shards]
+        rows, more = _shard_count(d, shards, clusters)
+        lines += rows
+        notes += more
+    if several(d):
+        notes += ["", _choice(d)]
+    return [*lines, "", *notes]
+
+
+def _shard_count(d: Result, shards: int, clusters: list[Setup]) -> tuple[list[str], list[str]]:
+    """The capacity rows of the clusters with ``shards`` shards (measured, then derived),
+    and their notes."""
+    named = f" ({plural(shards, 'shard')})" if several(d) else ""
+    rows = []
     placed: dict[int, set[tuple[int, ...]]] = {}
     costs: dict[int, float | None] = {}
     for setup in clusters:
@@ -78,33 +126,39 @@ def capacity_section(document: Result) -> list[str]:
         spread = " or ".join(_spread(list(s)) for s in sorted(placed[setup.primaries])) or "-"
         held = max((sum(1 for k in s if k) for s in placed[setup.primaries]), default=0)
         shard = costs[setup.primaries] = per_shard(d, setup.key)
-        row(
-            f"crawlq, Redis Cluster, {setup.primaries} measured",
-            f"{setup.primaries} ({held})",
-            spread,
-            median(d, setup.key, "busiest_us"),
-            f"{shard:.1f}" if shard else "-",
+        rows.append(
+            _row(
+                f"crawlq, Redis Cluster, {setup.primaries} measured{named}",
+                f"{setup.primaries} ({held})",
+                spread,
+                median(d, setup.key, "busiest_us"),
+                f"{shard:.1f}" if shard else "-",
+            )
         )
     largest = max(clusters, key=lambda s: s.primaries, default=None)
     base = per_shard(d, largest.key) if largest else None
-    placements = {int(n): counts for n, counts in d.get("placements", {}).items()}
+    placements = placements_of(d).get(shards, {})
     derived = [n for n in DERIVED if largest and n > largest.primaries and n in placements]
-    for n in derived if base else []:
+    for n in derived:
+        if not (base and largest):
+            break
         counts = placements[n]
         held = sum(1 for k in counts if k)
-        row(
-            f"crawlq, Redis Cluster, {n} **derived**",
-            f"{n} ({held})",
-            _spread(counts),
-            max(counts) * base,
-            f"{base:.1f} (of {largest.primaries})",
+        rows.append(
+            _row(
+                f"crawlq, Redis Cluster, {n} **derived**{named}",
+                f"{n} ({held})",
+                _spread(counts),
+                max(counts) * base,
+                f"{base:.1f} (of {largest.primaries})",
+            )
         )
-    lines += ["", *_notes(d, largest, base, placed, placements, derived, costs)]
-    return lines
+    return rows, _notes(d, shards, largest, base, placed, placements, derived, costs)
 
 
 def _notes(
     d: Result,
+    shards: int,
     largest: Setup | None,
     base: float | None,
     placed: dict[int, set[tuple[int, ...]]],
@@ -112,15 +166,8 @@ def _notes(
     derived: list[int],
     costs: dict[int, float | None],
 ) -> list[str]:
-    """What the capacity table rests on, with this run's figures."""
-    notes = [
-        "The pages/s ceiling is 1e6 / the busiest primary's server CPU us per step (on one "
-        "server, its us per step): Redis runs commands on one thread, so a cluster saturates "
-        "when its busiest primary does. The shards per primary are as measured, busiest "
-        'first; "us/step per shard" is, per run, the highest over the cluster\'s primaries of '
-        "a primary's us/step over the shards it holds (so a primary's fixed work, cron and "
-        "cluster bus, weighs on those holding few shards), median of the runs.",
-    ]
+    """What the capacity rows of one shard count rest on, with this run's figures."""
+    notes = []
     agree = [
         n
         for n, seen in placed.items()
@@ -131,55 +178,104 @@ def _notes(
             f"{n}: {_spread(placements[n])}" for n in sorted(placed) if n in placements
         )
         same = "the same as measured" if len(agree) == len(placed) else "**not** all as measured"
+        # with the default 16, a range catching 3 tags is the case (N from 8 to 15)
+        extra = "3 shards' tags" if shards == SHARDS else "an extra shard's tag"
         notes += [
             "",
             f"**Derived rows** (not measured): the shards per primary are where `redis-cli "
-            f"--cluster create` puts this crawl's {SHARDS} shards on N primaries (its slot "
-            "split computed for the crawl's hash tags, which sit one per equal range of slots; "
-            f"for the measured sizes it gives {checked}: {same}); the busiest primary's cost is "
-            f"its shards times the per-shard cost measured on {largest.primaries} primaries, "
-            f"{base:.1f} us/step. With {SHARDS} shards the busiest primary holds at least "
-            f"ceil({SHARDS}/N) of them, more when a primary's slot range catches 3 shards' tags.",
+            f"--cluster create` puts this crawl's {plural(shards, 'shard')} on N primaries (its "
+            "slot split computed for the crawl's hash tags, which sit one per equal range of "
+            f"slots; for the measured sizes it gives {checked}: {same}); the busiest primary's "
+            f"cost is its shards times the per-shard cost measured on {largest.primaries} "
+            f"primaries, {base:.1f} us/step. With {plural(shards, 'shard')} the busiest primary "
+            f"holds at least ceil({shards}/N) of them, more when a primary's slot range catches "
+            f"{extra}.",
         ]
         measured = sorted((n, c) for n, c in costs.items() if c)
         if len(measured) > 1:
-            notes += ["", _trend(d, measured)]
-    notes += [
-        "",
-        f"**{SHARDS} shards cap a crawl at {SHARDS} useful primaries**: a primary holding no "
-        f"shard does nothing for the crawl, so on 30 primaries 14 hold none and the ceiling is "
-        f"the {SHARDS}-primary one. A crawl created with the `shards` option "
-        "(`open_frontier(url, shards=64)`, from 1 to 1,024, fixed when the crawl is created) "
-        "raises the cap; other shard counts are not measured here. A step's children go to "
-        "their hosts' shards whatever the count, so a step's calls stay about one per child "
-        "host plus the ack.",
-    ]
+            notes += ["", _trend(d, shards, measured)]
+    notes += ["", _cap(d, shards, placements)]
     client = median(d, largest.key, "client_us") if largest else None
-    if client and base and derived:
+    if client and base and derived and largest:
         top = 1e6 / (max(placements[derived[-1]]) * base)
+        named = f", {plural(shards, 'shard')}" if several(d) else ""
         notes += [
             "",
             f"The ceilings are the servers'. The workers need about pages/s x client CPU per "
             f"step of CPU: at {_pages(top)} pages/s and {client:,.0f} us/step "
-            f"({largest.primaries}-primary cluster), {top * client / 1e6:.1f} cores of "
+            f"({largest.primaries}-primary cluster{named}), {top * client / 1e6:.1f} cores of "
             "workers, and enough of them to hide the round trips (loopback here).",
         ]
     return notes
 
 
-def _trend(d: Result, measured: list[tuple[int, float]]) -> str:
+def _cap(d: Result, shards: int, placements: dict[int, list[int]]) -> str:
+    """The cap a shard count puts on the useful primaries."""
+    most = max(DERIVED)
+    caps = "caps" if shards == 1 else "cap"
+    useful = f"{shards} useful primar{'y' if shards == 1 else 'ies'}"
+    head = f"**{plural(shards, 'shard')} {caps} a crawl at {useful}**"
+    if shards >= most:
+        return f"{head}: more than the largest cluster derived here."
+    idle = placements[most].count(0) if most in placements else most - shards
+    text = (
+        f"{head}: a primary holding no shard does nothing for the crawl, so on {most} "
+        f"primaries {idle} hold none and the ceiling is the {shards}-primary one."
+    )
+    if several(d):
+        return text
+    return text + (
+        " A crawl created with the `shards` option "
+        "(`open_frontier(url, shards=64)`, from 1 to 1,024, fixed when the crawl is created) "
+        "raises the cap; other shard counts are not measured here. A step's children go to "
+        "their hosts' shards whatever the count, so a step's calls stay about one per child "
+        "host plus the ack."
+    )
+
+
+def _calls(d: Result, key: str) -> float | None:
+    """The median ``fcall`` calls per step of setup ``key`` (all primaries)."""
+    runs = runs_of(d, key, "commands")
+    values = [r["commands"]["fcall"][0] for r in runs if "fcall" in r.get("commands", {})]
+    return statistics.median(values) if values else None
+
+
+def _choice(d: Result) -> str:
+    """What the shard count trades, with this run's calls per step for each."""
+    counts = shard_counts(d)
+    calls = []
+    for shards in counts:
+        clusters = [s for s in load_setups(d) if s.primaries and s.shards == shards]
+        largest = max(clusters, key=lambda s: s.primaries, default=None)
+        found = _calls(d, largest.key) if largest else None
+        calls.append(f"{found:.2f} with {shards}" if found else f"- with {shards}")
+    return (
+        "**The shard count** is the crawl's `shards` option (`open_frontier(url, shards=N)`, "
+        f"from 1 to 1,024, fixed when the crawl is created; {SHARDS} by default); this run "
+        f"measured {' and '.join(map(str, counts))}. A step's `add_many` makes one function "
+        "call per shard its children and its ack touch, so fewer shards mean fewer calls per "
+        "step (`fcall` per step, the pops' included, on the largest cluster measured: "
+        f"{', '.join(calls)} shards) and less server "
+        "CPU, but cap the useful primaries lower; more shards spread the crawl over more "
+        "primaries at the cost of more calls per step, up to about one per child host plus "
+        "the ack."
+    )
+
+
+def _trend(d: Result, shards: int, measured: list[tuple[int, float]]) -> str:
     """How the per-shard cost moved with the primaries, and the time inside `fcall`."""
     sizes = "/".join(str(n) for n, _ in measured)
     trend = "/".join(f"{c:.1f}" for _, c in measured)
     inside = []
     for n, _ in measured:
-        runs = runs_of(d, f"crawlq-cluster-{n}", "commands")
+        runs = runs_of(d, cluster_of(d, n, shards), "commands")
         values = [r["commands"]["fcall"][1] for r in runs if "fcall" in r.get("commands", {})]
         inside.append(f"{statistics.median(values):.0f}" if values else "-")
+    named = f" with {plural(shards, 'shard')}" if several(d) else ""
     if measured[-1][1] <= measured[0][1] * 1.05:
-        return f"The per-shard cost on {sizes} primaries was {trend} us/step: about flat."
+        return f"The per-shard cost{named} on {sizes} primaries was {trend} us/step: about flat."
     return (
-        f"The per-shard cost on {sizes} primaries was {trend} us/step: it grows with the "
+        f"The per-shard cost{named} on {sizes} primaries was {trend} us/step: it grows with the "
         f"primaries, and so does the time spent inside `fcall` per step ({'/'.join(inside)} "
         "us, all primaries), so it is not only that an `add_many`'s calls to shards on one "
         "primary share a read and a reply less often as the shards spread. More server "
@@ -191,7 +287,22 @@ def _trend(d: Result, measured: list[tuple[int, float]]) -> str:
     )
 
 
-METHOD = f"""\
+def method(document: Result) -> str:
+    """The method section, naming the run's shard counts."""
+    counts = shard_counts(document)
+    if not several(document):
+        return METHOD.format(shards=f"{SHARDS} shards (`shards` option, the default)", fewer="")
+    listed = " or ".join(map(str, counts))
+    return METHOD.format(
+        shards=f"{listed} shards (`shards` option, a setup per count; {SHARDS} is the default)",
+        fewer=(
+            "\n  With fewer shards a step's children share shards more often: fewer calls\n"
+            "  per step (`fcall` in the commands table), on fewer primaries."
+        ),
+    )
+
+
+METHOD = """\
 ## Method
 
 - **The step** is W2's (`benchmarks/workloads.py`, `w2_plan`): dequeue one
@@ -209,7 +320,7 @@ METHOD = f"""\
   no replicas; 3 primaries or more are joined by `redis-cli --cluster create`
   (equal runs of slots); `redis-cli` refuses fewer than 3, so the 1-primary
   cluster gets every slot with `CLUSTER ADDSLOTSRANGE 0 16383`. The crawl has
-  {SHARDS} shards (`shards` option, the default), whose hash tags crawlq puts one
+  {shards}, whose hash tags crawlq puts one
   per equal range of slots; the shards each primary holds are read from
   `CLUSTER SLOTS` after every run.
 - **Pinning** (`--pin`, default CPU 1): per repeat, every setup runs once
@@ -233,7 +344,7 @@ METHOD = f"""\
   1,000, so the 5 children of a step mostly fall in different shards; on a
   cluster a step is then one function call per shard it touches (children
   first, the parent's ack last), where one server takes one call. A crawl
-  whose links stay mostly on the page's host touches fewer shards per page.
+  whose links stay mostly on the page's host touches fewer shards per page.{fewer}
 - **Figures** are medians of the repeats, each on fresh servers with fresh
   worker processes; repeats are interleaved (every setup once pinned, once
   unpinned, then again), so noise spreads over all setups. ± is half the

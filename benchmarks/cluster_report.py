@@ -1,11 +1,15 @@
 """The Redis Cluster benchmark's setups and its report (`benchmarks.cluster` runs them).
 
 Renders ``benchmarks/CLUSTER.md`` from a run's raw results: the issue's
-targets as ratios of this run, the figures per setup, ratios to scrapy-redis,
-where the servers' time goes, and the capacity from the busiest primary and
-the shards' real placement. CPU figures come from the pinned runs (the
-unpinned ones when the run had none), steps/s from the unpinned ones. The
-capacity table and the method are in ``benchmarks.cluster_capacity``.
+targets as ratios of this run (the 3-primary ones once per shard count), the
+figures per setup, ratios to scrapy-redis, where the servers' time goes, and
+the capacity from the busiest primary and the shards' real placement. A
+cluster setup is one cluster size with one shard count (the crawl's
+``shards`` option; ``SHARDS``, crawlq's default, unless ``--shards`` says
+otherwise). CPU figures come from the pinned runs (the unpinned ones when the
+run had none), steps/s from the unpinned ones. The capacity table and the
+method are in ``benchmarks.cluster_capacity``. Raw results of runs made
+before ``--shards`` (one shard count, a number) render as they did.
 """
 
 from __future__ import annotations
@@ -16,29 +20,45 @@ from dataclasses import dataclass
 from typing import Any
 
 Result = dict[str, Any]
+#: crawlq's default shard count for a new cluster crawl, and the benchmark's.
 SHARDS = 16
 
 
 @dataclass(frozen=True)
 class Setup:
-    """One implementation on one server layout."""
+    """One implementation on one server layout (with a shard count on a cluster)."""
 
     key: str
     label: str
     impl: str  # "crawlq" or "scrapy-redis"
     primaries: int  # 0: one plain redis-server
+    shards: int = 0  # the crawl's shards on a cluster; 0 on a plain redis-server
 
 
-def setups(primaries: Sequence[int] = (1, 3, 6)) -> tuple[Setup, ...]:
-    """crawlq on one server, on a cluster of each size in ``primaries``, then scrapy-redis."""
+def plural(count: int, word: str) -> str:
+    """The count and the word, in the plural unless the count is 1 ("3 shards")."""
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def cluster_key(primaries: int, shards: int) -> str:
+    return f"crawlq-cluster-{primaries}-primaries-{shards}-shards"
+
+
+def setups(
+    primaries: Sequence[int] = (1, 3, 6), shards: Sequence[int] = (SHARDS,)
+) -> tuple[Setup, ...]:
+    """crawlq on one server, on a cluster of each size in ``primaries`` with each shard
+    count in ``shards``, then scrapy-redis."""
     clusters = (
         Setup(
-            f"crawlq-cluster-{n}",
-            f"crawlq, Redis Cluster, {n} primar{'y' if n == 1 else 'ies'} ({SHARDS} shards)",
+            cluster_key(n, k),
+            f"crawlq, Redis Cluster, {n} primar{'y' if n == 1 else 'ies'} ({plural(k, 'shard')})",
             "crawlq",
             n,
+            k,
         )
         for n in primaries
+        for k in shards
     )
     return (
         Setup(ONE, "crawlq, one redis-server", "crawlq", 0),
@@ -84,11 +104,11 @@ def figure(document: Result, key: str, name: str, fmt: str, mode: str | None = N
 
 def paired(document: Result, mine: tuple[str, str], peer: tuple[str, str]) -> list[float]:
     """Per repeat, ``mine`` over ``peer`` (setup key, figure), where both runs have it."""
-    found = {}
+    found: dict[tuple[int, int], float] = {}
     for side, (key, name) in enumerate((mine, peer)):
         for r in runs_of(document, key, name):
             if name in r:
-                found[side, r.get("repeat")] = r[name]
+                found[side, r["repeat"]] = r[name]
     repeats = {repeat for side, repeat in found if side == 0}
     return [found[0, k] / found[1, k] for k in sorted(repeats) if found.get((1, k))]
 
@@ -106,32 +126,60 @@ def _ratio(mine: float | None, peer: float | None, cost: bool) -> str:
     return f"{(peer / mine if cost else mine / peer):.2f}"
 
 
-def _setups(document: Result) -> list[Setup]:
-    return [Setup(**s) for s in document["setups"]]
+def load_setups(document: Result) -> list[Setup]:
+    """The run's setups; a cluster setup of a run made before ``--shards`` had the
+    document's one shard count."""
+    old = document.get("shards") if isinstance(document.get("shards"), int) else SHARDS
+    return [Setup(**{"shards": old if s["primaries"] else 0, **s}) for s in document["setups"]]
+
+
+def shard_counts(document: Result) -> list[int]:
+    """The shard counts the run measured the clusters with, in the order given."""
+    counts = document.get("shards", SHARDS)
+    return [counts] if isinstance(counts, int) else list(counts)
+
+
+def several(document: Result) -> bool:
+    """Whether the run's text must name the shard count (not the default alone)."""
+    return shard_counts(document) != [SHARDS]
+
+
+def cluster_of(document: Result, primaries: int, shards: int) -> str:
+    """The key of the cluster setup of that size and shard count (a new key if none)."""
+    found = (s.key for s in load_setups(document) if (s.primaries, s.shards) == (primaries, shards))
+    return next(found, cluster_key(primaries, shards))
 
 
 # -- the tables --------------------------------------------------------------------------
 
 
 def targets_table(document: Result) -> list[str]:
-    """The issue's four targets, each a ratio of this run's medians, with the per-repeat range."""
+    """The issue's four targets, each a ratio of this run's medians, with the per-repeat
+    range; the two on the 3-primary cluster once per shard count."""
     d, workers = document, document["workers"]
-    three = "crawlq-cluster-3"
-    rows = [
-        (
-            "3-primary cluster W2: all primaries' server CPU per step / one server's",
-            (three, "server_us"),
-            (ONE, "server_us"),
-            "<=",
-            1.3,
-        ),
-        (
-            "one server's server CPU per step / the 3-primary cluster's busiest primary's",
-            (ONE, "server_us"),
-            (three, "busiest_us"),
-            ">=",
-            2.3,
-        ),
+    rows: list[tuple[str, tuple[str, str], tuple[str, str], str, float]] = []
+    for shards in shard_counts(d):
+        three = cluster_of(d, 3, shards)
+        named = f" with {plural(shards, 'shard')}" if several(d) else ""
+        busiest = f"busiest primary's of the 3-primary cluster{named}"
+        rows += [
+            (
+                f"3-primary cluster{named} W2: all primaries' server CPU per step / one server's",
+                (three, "server_us"),
+                (ONE, "server_us"),
+                "<=",
+                1.3,
+            ),
+            (
+                "one server's server CPU per step / the "
+                + (busiest if named else "3-primary cluster's busiest primary's"),
+                (ONE, "server_us"),
+                (three, "busiest_us"),
+                ">=",
+                2.3,
+            ),
+        ]
+    rows += [
         (
             f"W2 steps/s per worker process (of {workers}), one server: crawlq / scrapy-redis,"
             " unpinned",
@@ -177,7 +225,7 @@ def results_table(document: Result) -> list[str]:
         "| check |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
-    for setup in _setups(d):
+    for setup in load_setups(d):
         rate = median(d, setup.key, "steps_rate")
         empty = [r.get("empty_pops", 0) for r in d["runs"][setup.key] if "empty_pops" in r]
         cells = [
@@ -200,7 +248,7 @@ def results_table(document: Result) -> list[str]:
         "| crawlq on | steps/s | server CPU per step | busiest primary per step |",
         "| --- | ---: | ---: | ---: |",
     ]
-    for setup in _setups(d):
+    for setup in load_setups(d):
         if setup.impl != "crawlq":
             continue
         cells = [
@@ -217,7 +265,7 @@ def commands_table(document: Result) -> list[str]:
         "| implementation | commands per step: calls x, and us inside the command |",
         "| --- | --- |",
     ]
-    for setup in _setups(document):
+    for setup in load_setups(document):
         runs = [r["commands"] for r in runs_of(document, setup.key, "commands") if "commands" in r]
         names = {name for commands in runs for name in commands}
         medians = {
@@ -268,7 +316,7 @@ def pinning(document: Result) -> str:
 
 def render(document: Result) -> str:
     """The markdown report."""
-    from benchmarks.cluster_capacity import METHOD, capacity_section
+    from benchmarks.cluster_capacity import capacity_section, method
 
     d = document
     loads = [r["load1"] for runs in d["runs"].values() for r in runs if "load1" in r]
@@ -313,6 +361,6 @@ def render(document: Result) -> str:
         "",
         *capacity_section(d),
         "",
-        METHOD,
+        method(d),
     ]
     return "\n".join(lines)

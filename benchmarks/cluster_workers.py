@@ -207,7 +207,7 @@ def _worker(job: Job, index: int, ready: Any, go: Any, finish: Any, out: Any) ->
             end = perf()
             cpu = time.process_time() - cpu
             urls = [str(r.url) for r in dequeued]
-            result = {"steps": len(batches), "end": end, "cpu": cpu, "empty": opened.empty}
+            result: Result = {"steps": len(batches), "end": end, "cpu": cpu, "empty": opened.empty}
             result["cpus"] = sorted(os.sched_getaffinity(0))
             out.put(("done", index, {**result, "urls": urls}))
         except Exception as exc:  # report what the frontier does, whatever it is

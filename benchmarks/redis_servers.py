@@ -1,12 +1,15 @@
 """Fresh redis-server processes for one measurement: a plain server or a Redis Cluster.
 
-Used by the Redis Cluster benchmark (``benchmarks.cluster``) and the bytes per
-URL benchmark (``benchmarks.memory_per_url``). Holds ``Node`` (one
+Used by the Redis Cluster benchmarks (``benchmarks.cluster``,
+``benchmarks.cluster_a1``), the bytes per URL benchmark
+(``benchmarks.memory_per_url``), ``benchmarks.redis_cost`` and ``benchmarks.due``
+(and ``cpu_seconds`` by others). Holds ``Node`` (one
 redis-server on a free 127.0.0.1 port, no persistence, stopped by its pid),
 ``servers`` (the nodes of one measurement, joined into a cluster when asked),
-``make_cluster``, ``shard_spread`` (how many of a crawl's shards each primary
-serves; ``shards_per_node`` the same in node order), ``placement`` (where
-``redis-cli --cluster create`` would put them on N primaries) and
+``make_cluster``, ``crawl_tags`` (a cluster crawl's shards' hash tags, as many
+as the shards it was created with), ``shard_spread`` (how many of them each
+primary serves; ``shards_per_node`` the same in node order), ``placement``
+(where ``redis-cli --cluster create`` would put them on N primaries) and
 ``cpu_seconds`` (a process's CPU time, from ``/proc``). Nodes may be pinned
 to CPUs (``taskset -c``), all threads of the server included. For a trial,
 ``CRAWLQ_BENCH_REDIS_ARGS`` adds options to every server's command line (e.g.
@@ -30,8 +33,6 @@ from typing import Any
 
 import redis
 from redis.crc import key_slot
-
-from benchmarks.cluster_report import SHARDS
 
 _START_TIMEOUT = 30.0
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -206,35 +207,41 @@ def make_cluster(nodes: Sequence[Node]) -> None:
 
 
 def crawl_tags(nodes: Sequence[Node], crawl: str) -> list[str]:
-    """The hash tags of the crawl's shards, from its record (``NAME:K`` for an old one)."""
+    """The hash tags of the crawl's shards, from its record: as many as the shards it
+    was created with (``NAME:K`` each for a crawl recorded before tags were)."""
     record = redis.RedisCluster(host="127.0.0.1", port=nodes[0].port)
     try:
-        tags = record.hget(f"crawlq:{{{crawl}}}:cluster", "tags")
+        shards, tags = record.hmget(f"crawlq:{{{crawl}}}:cluster", ["shards", "tags"])
     finally:
         record.close()
-    return tags.decode().split(" ") if tags else [f"{crawl}:{k}" for k in range(SHARDS)]
+    if tags:
+        return list(tags.decode().split(" ") if isinstance(tags, bytes) else tags.split(" "))
+    if shards is None:
+        raise RuntimeError(f"no Redis Cluster crawl {crawl!r} on these nodes")
+    return [f"{crawl}:{k}" for k in range(int(shards))]
 
 
 def _shard_slot(tag: str) -> int:
     return key_slot(f"crawlq:{{{tag}}}:meta".encode())
 
 
-def shards_per_node(nodes: Sequence[Node], crawl: str) -> list[int]:
-    """How many of the crawl's shards each node serves, in the order of ``nodes``."""
+def shards_per_node(nodes: Sequence[Node], tags: Sequence[str]) -> list[int]:
+    """How many of the shards with hash tags ``tags`` (`crawl_tags`) each node serves,
+    in the order of ``nodes``."""
     owner: dict[int, int] = {}
     for start, end, primary, *_ in nodes[0].command("CLUSTER", "SLOTS"):
         for slot in range(start, end + 1):
             owner[slot] = int(primary[1])
     counts = dict.fromkeys((n.port for n in nodes), 0)
-    for tag in crawl_tags(nodes, crawl):
+    for tag in tags:
         counts[owner[_shard_slot(tag)]] += 1
     return [counts[n.port] for n in nodes]
 
 
-def shard_spread(nodes: Sequence[Node], crawl: str) -> list[int]:
-    """How many of the crawl's shards each node serves (by the slot of its hash tag),
-    busiest first."""
-    return sorted(shards_per_node(nodes, crawl), reverse=True)
+def shard_spread(nodes: Sequence[Node], tags: Sequence[str]) -> list[int]:
+    """How many of the shards with hash tags ``tags`` each node serves (by the slot of
+    its hash tag), busiest first."""
+    return sorted(shards_per_node(nodes, tags), reverse=True)
 
 
 def slot_ranges(primaries: int) -> list[tuple[int, int]]:
