@@ -19,6 +19,7 @@ import redis
 import crawlq
 from crawlq import Request
 from crawlq.stores.redis import store as redis_store
+from tests.redis._wide import strip_wide
 
 
 def _prefix(url: str) -> str:
@@ -173,8 +174,9 @@ def test_a_crawl_of_key_format_7_is_upgraded_in_place(url: str) -> None:
     client = redis.Redis.from_url(url.partition("?")[0])
     meta = _prefix(url) + "meta"
     client.hset(meta, "format", "7")  # what crawlq with key format 7 left
+    strip_wide(client, _prefix(url))
     frontier = crawlq.open_frontier(url, ack_delay=0)
-    assert FORMAT == 8 and client.hget(meta, "format") == b"8"
+    assert FORMAT == 9 and client.hget(meta, "format") == b"9"
     stats = frontier.stats()
     assert (stats.queued, stats.scheduled) == (300, 1)
     time.sleep(0.35)

@@ -10,6 +10,7 @@ import crawlq
 from crawlq.stores.redis import client as _redis_client
 from crawlq.stores.redis import open as redis_open
 from crawlq.stores.redis import store as redis_store
+from tests.redis._wide import strip_wide
 from tests.redis_server import StartServer
 
 
@@ -85,8 +86,10 @@ def test_self_check_leaves_no_keys(redis_url: str) -> None:
     client = redis.Redis.from_url(redis_url)
     keys = sorted(k.decode() for k in client.scan_iter("crawlq:{tidy}:*"))
     client.close()
-    # The crawl's settings and its opener's fingerprinter, nothing of the probe.
-    assert keys == ["crawlq:{tidy}:fingerprinter", "crawlq:{tidy}:meta"]
+    # The crawl's settings, its opener's fingerprinter and the keys that hold
+    # a wide entry from the start (shared.lua), nothing of the probe.
+    names = ["fingerprinter", "hosts", "lease", "leases", "meta", "ready"]
+    assert keys == [f"crawlq:{{tidy}}:{name}" for name in names]
 
 
 def test_the_crawl_records_its_openers_fingerprinter(redis_url: str) -> None:
@@ -164,6 +167,7 @@ def test_a_crawl_of_key_format_3_is_upgraded_in_place(redis_url: str) -> None:
     meta = "crawlq:{format3}:meta"
     # What crawlq with key format 3 left: the count in `queued`, no counters.
     client.hset(meta, mapping={"format": "3", "queued": "5"})
+    strip_wide(client, "crawlq:{format3}:")
     client.hdel(meta, "accepted", "popped", "released", "expired")
     frontier = crawlq.open_frontier(url)
     assert client.hget(meta, "format") == b"%d" % redis_open.FORMAT

@@ -13,6 +13,7 @@ from crawlq import Request
 from crawlq.stores.redis import store as redis_store
 from crawlq.stores.redis.open import FORMAT
 from tests.conformance.test_frontier import drain, urls
+from tests.redis._wide import strip_wide
 
 
 def _client(redis_url: str) -> redis.Redis:
@@ -45,7 +46,7 @@ def _to_format_5(client: redis.Redis, prefix: str, fingerprints: Sequence[bytes]
         client.hdel(prefix + "meta", "sw")
     moved = 0
     for name, record in client.hgetall(prefix + "hosts").items():
-        if len(record) <= 21:
+        if len(record) <= 21 or not name:  # (not name: the wide entry)
             continue
         head_id = record[21:36]
         if len(record) > 36:  # a host's only request, in "p" already
@@ -67,6 +68,7 @@ def _to_format_5(client: redis.Redis, prefix: str, fingerprints: Sequence[bytes]
             client.delete(key)
         client.delete(prefix + "i:" + name.decode())
     client.hset(prefix + "meta", "format", "5")
+    strip_wide(client, prefix)
     return moved
 
 

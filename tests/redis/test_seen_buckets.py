@@ -16,6 +16,7 @@ import crawlq
 from crawlq import Request
 from crawlq.stores.redis import store as redis_store
 from crawlq.stores.redis.open import FORMAT
+from tests.redis._wide import strip_wide
 
 _names = itertools.count()
 
@@ -107,6 +108,7 @@ def test_a_crawl_of_format_4_keeps_its_seen_set(url: str, redis_url: str) -> Non
     client.sadd(prefix + "seen", *(fingerprinter.fingerprint(Request(u)) for u in old))
     client.hdel(prefix + "meta", "sl", "sp", "ns")
     client.hset(prefix + "meta", "format", "4")
+    strip_wide(client, prefix)
     with crawlq.open_frontier(url) as frontier:
         assert client.hget(prefix + "meta", "format") == b"%d" % FORMAT
         assert frontier.add_many([old[0], "https://a.example/new"]) == [False, True]

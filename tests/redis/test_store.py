@@ -12,6 +12,7 @@ from crawlq import Request
 from crawlq.stores.redis import finishing as redis_finishing
 from crawlq.stores.redis import store as redis_store
 from tests._in_step import crawl_in_step
+from tests.redis._wide import WIDE
 
 
 def test_close_never_wipes_shared_data(url: str) -> None:
@@ -313,17 +314,21 @@ def test_finished_requests_leave_nothing_behind_but_their_fingerprints(
     payloads = client.hlen(f"crawlq:{{{crawl}}}:p")
     assert payloads == 0
     names = {key.removeprefix(f"crawlq:{{{crawl}}}:") for key in keys}
-    # No queue, payload, lease deadline or ready host is left; "lease" may
-    # keep this worker's last outcome (for a retried call), "hosts" pacing,
+    # No queue, payload, lease deadline or ready host is left: "ready" and
+    # "leases" hold their wide entry alone (key format 9); "lease" may keep
+    # this worker's last outcome (for a retried call), "hosts" pacing,
     # "accepted" one count per host (max_requests_per_host, stats); the 50
     # fingerprints are in two dedup buckets (48 each before a split);
     # "fingerprinter" the description the crawl was last opened with.
     buckets = {"s:0", "s:1"}
+    wide = {"ready", "leases", "hosts", "lease"}
     assert (
-        {"meta", "accepted", "fingerprinter"} | buckets
+        {"meta", "accepted", "fingerprinter"} | wide | buckets
         <= names
-        <= {"meta", "hosts", "lease", "accepted", "fingerprinter"} | buckets
+        <= {"meta", "accepted", "fingerprinter"} | wide | buckets
     )
+    for key in ("ready", "leases"):
+        assert client.zrange(f"crawlq:{{{crawl}}}:{key}", 0, -1) == [WIDE]
     accepted = client.hgetall(f"crawlq:{{{crawl}}}:accepted")
     client.close()
     assert accepted == {f"h{i}.example".encode(): b"17" if i < 2 else b"16" for i in range(3)}

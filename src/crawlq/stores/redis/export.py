@@ -77,6 +77,8 @@ def held_at(location: RedisURL, link: Link) -> Iterator[Request]:
         raise StoreError(f"there is no crawl {location.crawl!r} at {location.display}")
     leased = _leases_by_host(link, prefix)
     for name, record in _hscan(link, prefix + b"hosts"):
+        if not name:
+            continue  # the wide entry (shared.lua), no host
         mine = sorted(leased.pop(name, []))
         yield from _payloads(link, prefix, heapq.merge(mine, *_lanes(link, prefix, name, record)))
     for rest in leased.values():  # leases of hosts without a record (none, but keep them)

@@ -39,6 +39,8 @@ def _scan_hosts(link: Link, prefix: bytes) -> dict[str, tuple[int, bool, float]]
             b"HSCAN", prefix + b"hosts", cursor, b"COUNT", SCAN_COUNT, doing="listing hosts"
         )
         for i in range(0, len(flat), 2):
+            if not flat[i]:
+                continue  # the wide entry (shared.lua), no host
             # The state is packed by hosts.lua as struct '>BI4dd' .. head id.
             state = flat[i + 1]
             flag, held, ready = _STATE_HEAD.unpack_from(state)

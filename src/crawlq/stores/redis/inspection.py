@@ -208,9 +208,9 @@ def inspect_at(location: RedisURL, link: Link, hosts: int) -> Inspection:
     leases = prefix + b"leases"
     replies = link.commands(
         [
-            (b"ZCARD", leases),
+            (b"ZCOUNT", leases, b"-inf", b"(+inf"),  # all but the wide entry
             (b"ZCOUNT", leases, b"-inf", now_ms),
-            (b"ZRANGE", leases, 0, 0, b"WITHSCORES"),
+            (b"ZRANGE", leases, b"-inf", b"(+inf", b"BYSCORE", b"LIMIT", 0, 1, b"WITHSCORES"),
             (b"SCARD", prefix + b"seen"),
             (b"BITCOUNT", prefix + b"bloom"),
             (b"HLEN", prefix + b"seen_at"),
@@ -367,7 +367,7 @@ def snapshot_at(location: RedisURL, link: Link, top: int) -> tuple[StoreCounts, 
     meta_flat, leased, seen_set, seen_timed = link.commands(
         [
             (b"HGETALL", prefix + b"meta"),
-            (b"ZCARD", prefix + b"leases"),
+            (b"ZCOUNT", prefix + b"leases", b"-inf", b"(+inf"),  # all but the wide entry
             (b"SCARD", prefix + b"seen"),
             (b"HLEN", prefix + b"seen_at"),
         ],

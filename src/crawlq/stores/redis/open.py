@@ -24,7 +24,7 @@ from .memory import evicting, eviction_refused, memory_fields
 __all__ = ["FINGERPRINTER_KEY", "FORMAT", "Dedup", "check_server", "open_crawl", "settings_at"]
 
 #: Layout version of a crawl's keys, stored in its meta hash. Opening a
-#: crawl of format 3 to 6 upgrades it in place (open.lua): format 4 keeps
+#: crawl of format 3 to 8 upgrades it in place (open.lua): format 4 keeps
 #: the queue's size as counters, which crawlq before 4 would not read; format
 #: 5 keeps exact dedup in buckets (an upgraded crawl keeps its `seen` set);
 #: format 6 keeps queued requests in lists per host and priority
@@ -33,8 +33,10 @@ __all__ = ["FINGERPRINTER_KEY", "FORMAT", "Dedup", "check_server", "open_crawl",
 #: has none, and an older crawlq must not open one that may); format 8 files
 #: requests that come back or come due deep in a long list in `r:HOST` and
 #: marks their host's head (nothing to move either: a format-7 crawl has
-#: none, and a format-7 crawlq would hand a marked entry out wrong).
-FORMAT: Final = 8
+#: none, and a format-7 crawlq would hand a marked entry out wrong); format
+#: 9 keeps wide entries in `ready`, `leases`, `hosts` and `lease` so they
+#: are never packed (added at open; a format-8 crawlq would pop one).
+FORMAT: Final = 9
 #: Key (after the crawl's prefix) of the fingerprinter its last opener used,
 #: as `Fingerprinter.describe` JSON.
 FINGERPRINTER_KEY: Final = b"fingerprinter"

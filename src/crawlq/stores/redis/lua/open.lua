@@ -29,7 +29,7 @@ local function open(keys, args)
       'bloom_bits', args[3], 'bloom_hashes', args[4], 'bloom_capacity', args[5],
       'bloom_error_rate', args[6], 'seen_ttl', args[7], 'created', time[1], 'queued', 0,
       'seen', 0)
-  elseif args[1] == '8' then
+  elseif args[1] == '9' then
     local was = redis.call('HGET', meta, 'format')
     if was == '3' then
       -- Format 3 kept the queue's size in `queued`, which format 4 leaves
@@ -42,8 +42,8 @@ local function open(keys, args)
       -- 6 moves queued requests into lists, host by host (upgrade_queues,
       -- which the opener runs to the end before any other call). The
       -- format changes first, so an older crawlq refuses the crawl from now.
-      redis.call('HSET', meta, 'format', '8', 'upgrade', '0')
-    elseif was == '6' or was == '7' then
+      redis.call('HSET', meta, 'format', '9', 'upgrade', '0')
+    elseif was == '6' or was == '7' or was == '8' then
       -- Format 7 adds scheduled requests (`due`, meta refetched and
       -- revisits), all absent (0) in a format-6 crawl: nothing to move. A
       -- format-6 crawlq must not open it once it may hold them (it would
@@ -51,9 +51,19 @@ local function open(keys, args)
       -- unfinished (meta `upgrade`) goes on as it would have. Format 8 adds
       -- r:HOST and marked list entries (queues.lua), which a format-7 crawl
       -- has none of; a format-7 crawlq would hand a marked entry out with
-      -- its mark and never see r:HOST, so it must not open one.
-      redis.call('HSET', meta, 'format', '8')
+      -- its mark and never see r:HOST, so it must not open one. Format 9
+      -- adds the wide entries (below), which a format-8 crawlq would pop
+      -- as a host.
+      redis.call('HSET', meta, 'format', '9')
     end
+  end
+  if redis.call('HGET', meta, 'format') == '9' then
+    -- The wide entries (see shared.lua), at every open (a purge drops
+    -- them); never in a crawl of another format, which is refused as it is.
+    redis.call('ZADD', keys[1] .. 'ready', 'NX', 'inf', WIDE)
+    redis.call('ZADD', keys[1] .. 'leases', 'NX', 'inf', WIDE)
+    redis.call('HSETNX', keys[1] .. 'hosts', '', WIDE)
+    redis.call('HSETNX', keys[1] .. 'lease', '@', WIDE)
   end
   if #args > 7 then
     redis.call('HSET', meta, unpack(args, 8))

@@ -91,7 +91,7 @@ local function read(keys, args)
   end
   -- Requests in hosts' queues or in `due`.
   local held = m[1] + m[2] + m[9] - m[3] + m[4] + m[5]
-  local leased = redis.call('ZCARD', P .. 'leases')
+  local leased = redis.call('ZCOUNT', P .. 'leases', '-inf', '(inf') -- (not WIDE)
   if args[1] == 'counts' then
     local scheduled, revisits, due_in = due_figures(P, m[10])
     local seen
@@ -113,7 +113,7 @@ local function read(keys, args)
   if queued <= 0 and leased == 0 and scheduled == 0 then
     return -1
   end
-  if redis.call('ZCARD', P .. 'ready') > 0 then
+  if redis.call('ZCOUNT', P .. 'ready', '-inf', '(inf') > 0 then
     return 0
   end
   local clock = redis.call('TIME')
@@ -123,7 +123,7 @@ local function read(keys, args)
     local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
     if first[2] then
       local at = tonumber(first[2])
-      if soonest == nil or at < soonest then
+      if at < math.huge and (soonest == nil or at < soonest) then -- (WIDE: +inf)
         soonest = at
       end
     end

@@ -146,7 +146,15 @@ local function take(n, out, taken, records)
   while got < n do
     local round = redis.call('ZPOPMIN', K_READY, n - got)
     local count = #round / 2
+    -- The wide member (score +inf) comes last: every ready host is taken.
+    local wide = count > 0 and round[2 * count - 1] == WIDE
+    if wide then
+      count = count - 1
+    end
     if count == 0 then
+      if wide then
+        redis.call('ZADD', K_READY, 'inf', WIDE)
+      end
       break
     end
     -- Each host's member, head score, and that score as the server wrote it.
@@ -223,6 +231,10 @@ local function take(n, out, taken, records)
     for k = j, count do -- unused: back to `ready`
       later[#later + 1] = texts[k]
       later[#later + 1] = members[k]
+    end
+    if wide then
+      later[#later + 1] = 'inf'
+      later[#later + 1] = WIDE
     end
     if #later > 0 then
       redis.call('ZADD', K_READY, unpack(later))

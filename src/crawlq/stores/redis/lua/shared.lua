@@ -109,7 +109,19 @@
 --                    instead of running twice (written with the leases, in
 --                    the same HSET; by add_links only when it accepted or
 --                    capped a link, see links.lua)
+--   Wide entries (format 9): `ready` and `leases` hold member WIDE with
+--                    score +inf, `hosts` field '' (no host is empty) and
+--                    `lease` field '@' (no owner is empty) with value WIDE,
+--                    from the crawl's first open on. Longer than Redis keeps
+--                    packed (64 bytes), they keep those keys a skiplist and
+--                    hashtables however few entries they hold: packed, every
+--                    ZADD, ZREM, HGET and HSET there searched from the start
+--                    (15% of a step's server instructions with 60 hosts, as a
+--                    cluster shard holds). Readers skip them; they are never
+--                    popped, counted or listed.
 local FLAG_R, FLAG_D, FLAG_I = 82, 68, 73
+-- (a literal: the library's top level may not use `string`)
+local WIDE = '~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~'
 
 -- The context of the current call, set by begin(). Functions run one at a
 -- time, so these library-level variables are never shared between calls.
@@ -313,7 +325,8 @@ local function time_text(ms)
   return string.format('%.17g', ms)
 end
 
--- The earliest score of a sorted set, or math.huge if it is empty.
+-- The earliest score of a sorted set, or math.huge if it is empty (or
+-- holds only WIDE, scored +inf).
 local function earliest(key)
   local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
   return first[2] and tonumber(first[2]) or math.huge
