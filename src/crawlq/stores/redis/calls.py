@@ -53,8 +53,9 @@ EVICTION_CHECK: Final = 5.0
 LINKS_HEADER: Final = struct.Struct(">BIIBIIddI")
 #: add_links's second header, when prefetched requests are held: lease_timeout
 #: ms, host_delay us, how many to hold after the call, how many are held,
-#: the score (-priority) of the last of them.
-LINKS_HELD: Final = struct.Struct(">ddIId")
+#: the score (-priority) of the last of them, how many a top-up may leave
+#: held (0: none; see `FunctionCalls._topup`).
+LINKS_HELD: Final = struct.Struct(">ddIIdI")
 
 #: A call packed (and maybe sent) by `FunctionCalls._call_start`: its packed
 #: command, how to pack its retry, what it does, its key prefix (None: the
@@ -72,6 +73,7 @@ class FunctionCalls:
 
     if TYPE_CHECKING:
         origin: str
+        _ack_delay: float
         _allow_eviction: bool
         _buffer: deque[tuple[Request, bytes]]
         _calls: int
@@ -92,6 +94,7 @@ class FunctionCalls:
         _prefetch: int
         _prefix: bytes
         _suspect: bool
+        _topup_room: int
         _waiting: list[bytes]
         _waiting_hosts: set[bytes]
         _want: int
@@ -182,10 +185,11 @@ class FunctionCalls:
                 )
         else:
             head = pack_args([b"FCALL", self._functions[function], b"1", prefix, self._owner])
+        topup = self._topup(refill) if buffer and prefix is None else 0
         args = [
             b"%d" % refill,
             b"%d" % -buffer[-1][0].priority if buffer else b"",
-            b"1" if force or self._suspect else b"0",
+            b"1" if force or self._suspect else b"t%d" % topup if topup else b"0",
             b"%d" % len(buffer),
         ]
         for request, _ in buffer:
@@ -251,9 +255,9 @@ class FunctionCalls:
             # Should a link come first, the function gives them back (see
             # conclude in refill.lua), and leases as many afresh.
             lease_ms, delay_us, _ = self._policy_numbers
-            tail.append(
-                LINKS_HELD.pack(lease_ms, delay_us, refill, len(buffer), -buffer[-1][0].priority)
-            )
+            worst = -buffer[-1][0].priority
+            topup = self._topup(refill)
+            tail.append(LINKS_HELD.pack(lease_ms, delay_us, refill, len(buffer), worst, topup))
             for request, _ in buffer:
                 lease = request._lease
                 tail.append(lease[0])  # type: ignore[index]
@@ -297,7 +301,7 @@ class FunctionCalls:
         self._lost = None
         if isinstance(reply, bytes):
             return reply
-        # The prefetched requests went back, replaced by those leased now.
+        # The prefetched requests went back (or were topped up): see _take.
         self._take(reply, started)
         outcome: bytes = reply[0]
         return outcome
@@ -311,18 +315,49 @@ class FunctionCalls:
         """
         demand, self._demand = self._demand, None
         held = len(self._buffer)
+        self._topup_room = 2 * max(demand or 0, 2)
         if demand is not None:
             return max(held, demand)
         return held or int(self._popping and finishing)
 
+    def _topup(self, refill: int) -> int:
+        """How many prefetched requests a top-up may leave this store holding (0: none).
+
+        When a call brings a request before the last one held, the function
+        either gives those held back and leases afresh, or (a top-up) leases
+        what comes before it on top, and this store merges them in by
+        priority, then id (see conclude in refill.lua): priority order and
+        first-in-first-out within a host stay exact, the fewest-in-flight
+        order between hosts of one priority does not. So only with
+        ``ack_delay`` > 0, whose acks waiting already make that order
+        approximate. At most twice the pops the caller last said follow
+        (`expect_pops`; 2 when unsaid), at least 4, at most ``prefetch``:
+        a deeper batch only makes the next top-up likelier.
+        """
+        if self._ack_delay <= 0:
+            return 0
+        return min(self._prefetch, self._topup_room)
+
     def _take(self, reply: list[Any], started: float) -> None:
         """Take the requests a function just leased, as prefetched ones.
 
-        They replace those held if the function gave them back
-        (``reply[1]``), else they follow them. ``started``: when the call
-        was packed, which its leases cannot precede.
+        They replace those held if the function gave them back (``reply[1]``
+        1), are merged in by priority then id after a top-up (2), else they
+        follow them. ``started``: when the call was packed, which its leases
+        cannot precede.
         """
         buffer = self._buffer
+        if reply[1] == 2 and buffer:
+            merged = list(buffer)
+            items = iter(reply[2:])
+            for id_, token, host, payload in zip(items, items, items, items, strict=True):
+                request = decode_request(payload)
+                request._lease = new_lease(Lease, (id_, token, host, self.origin))
+                merged.append((request, host))
+            # (stable: those held keep their order among equals)
+            merged.sort(key=lambda item: (-item[0].priority, item[0]._lease[0]))  # type: ignore[index]
+            self._buffer = deque(merged)
+            return
         if reply[1] or not buffer:
             buffer = self._buffer = deque()
             # The staleness of a batch counts from its oldest lease: from

@@ -213,6 +213,8 @@ class RedisStore(FunctionCalls, Finishing, LeanAdds, WorkerCounts, RedisControls
         # `expect_pops`): that call leases them, behind its own writes. None:
         # not said, so guess (a caller that keeps popping gets one).
         self._demand: int | None = None
+        # How many prefetched requests a top-up may leave held (see `_topup`).
+        self._topup_room = 4
         self._buffer: deque[tuple[Request, bytes]] = deque()
         self._fetched_at = 0.0
         self._fetched_full = False

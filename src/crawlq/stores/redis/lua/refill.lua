@@ -12,7 +12,9 @@
 --   5 host_concurrency (0: no limit)  6 how many prefetched requests the
 --   caller wants to hold after the call (those it sends that stay count)
 --   7 score of the caller's last prefetched request ('' if none)
---   8 '1': give the prefetched requests back whatever happens
+--   8 '1': give the prefetched requests back whatever happens; 't' .. N:
+--     the caller merges (see conclude) and may hold N; else '0'
+
 --   9 n prefetched requests, then n (id, token) pairs
 -- A changing function returns {flags, returned, id, token, host, payload, ...}:
 -- flags is add's outcome per request ('1' added, '0' duplicate), then on a
@@ -20,7 +22,8 @@
 -- refetching ack's: see "Ids across shards" in add.lua); returned is
 -- 1 when the prefetched requests were given back (the leased ones that follow
 -- replace them), 0 when they stay (the leased ones that follow, if any, come
--- after them).
+-- after them), 2 when they stay and the caller merges the leased ones that
+-- follow in by priority, then id (a top-up, see conclude).
 
 -- A retried call whose first run completed: that run's outcome, else nil.
 local function replayed()
@@ -31,7 +34,7 @@ local function replayed()
   if last == false then
     return nil
   end
-  local call, flags, returned, taken = string.match(last, '^(%d+)\n([01]*:?%d*)\n([01])\n(.*)$')
+  local call, flags, returned, taken = string.match(last, '^(%d+)\n([01]*:?%d*)\n([012])\n(.*)$')
   if call ~= CALL then
     return nil
   end
@@ -67,6 +70,7 @@ local function begin(keys, args)
   REFILL = tonumber(args[6])
   WORST = tonumber(args[7])
   FORCE = args[8] == '1'
+  TOPUP = string.byte(args[8], 1) == 116 and tonumber(string.sub(args[8], 2)) or 0 -- 't'
   NBUF = tonumber(args[9])
   BUF0 = 9
   ARG0 = 9 + 2 * NBUF
@@ -267,7 +271,7 @@ local function give_back_lost()
     return
   end
   -- (flags: add's outcome per request, then a cluster shard's ':' mark)
-  local call, taken = string.match(last, '^(%d+)\n[01]*:?%d*\n[01]\n(.*)$')
+  local call, taken = string.match(last, '^(%d+)\n[01]*:?%d*\n[012]\n(.*)$')
   if call == nil or call == CALL or tonumber(call) < tonumber(lost) then
     return
   end
@@ -282,6 +286,32 @@ local function give_back_lost()
   drop_ended()
 end
 
+-- Whether a top-up keeps each host's order: a host whose head now comes
+-- before its held request (a better add, one that came back, an add in
+-- LIFO order) is fine when the top-up leases that head (ready, and of a
+-- higher priority than the last held request: it is merged in first), and
+-- needs the batch given back otherwise (at its concurrency limit, delayed,
+-- or of the last held request's priority).
+local function held_stay_first()
+  local ids = {}
+  for i = 1, NBUF do
+    ids[i] = ARGS[BUF0 + 2 * i - 1]
+  end
+  local records = redis.call('HMGET', K_LEASE, unpack(ids))
+  for i = 1, NBUF do
+    if records[i] then
+      local _, text, _, name = parse_lease(records[i])
+      local score, state = tonumber(text), host(name)
+      local head = state.head_score
+      if head and (head < score or (head == score and state.head_id < ids[i]))
+          and not (state.flag == FLAG_R and head < WORST) then
+        return false
+      end
+    end
+  end
+  return true
+end
+
 -- The common end of a changing script: give the caller's prefetched requests
 -- back if this call may have changed what comes before them (a request at
 -- least as good as the last prefetched one became ready: `best` is the best
@@ -289,10 +319,35 @@ end
 -- Prefetched requests that stay are followed by what is leased now: nothing
 -- that became ready in this caller's calls comes before them (it would have
 -- given them back), so the order stays exact for one worker.
+--
+-- A top-up instead, for a caller that merges by priority then id (TOPUP >
+-- 0: one whose ack_delay already makes the order between hosts of one
+-- priority approximate): what has a higher priority than its last
+-- prefetched request is leased on top of what it holds, as long as it then
+-- holds at most TOPUP and each held request still comes first among its
+-- host's (held_stay_first). Priority order and first-in-first-out (or
+-- last-in-first-out) within a host stay exact; what it saves is giving
+-- back and leasing again (on a 16-shard cluster, a request a page).
 local function conclude(flags, best)
   local out, taken, records = { flags, 0 }, {}, {}
   give_back_lost()
-  if NBUF > 0 and (FORCE or (best ~= nil and WORST ~= nil and best <= WORST)) then
+  local back = NBUF > 0 and (FORCE or (best ~= nil and WORST ~= nil and best <= WORST))
+  local ahead = nil
+  if back and TOPUP > NBUF and not FORCE then
+    reap() -- (what ends or wakes now counts among what comes first)
+    wake()
+    promote()
+    -- (one of the last held request's priority comes after it by id, or is
+    -- of another host: the order between hosts of one priority is bent)
+    ahead = redis.call('ZCOUNT', K_READY, '-inf', '(' .. int_text(WORST))
+    if NBUF + ahead > TOPUP or not held_stay_first() then
+      ahead = nil -- given back, as without a top-up
+    end
+  end
+  if ahead then
+    out[2] = 2
+    take(ahead + math.max(REFILL - NBUF, 0), out, taken, records)
+  elseif back then
     out[2] = 1
     local ids = {}
     for i = 1, NBUF do

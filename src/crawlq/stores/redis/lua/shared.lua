@@ -132,6 +132,9 @@ local K_DUE, K_R
 -- until load_policies has read them.
 local HOST_POLICY
 local OWNER, RETRY, CALL, LEASE_MS, DELAY_MS, CONCURRENCY, REFILL, WORST, FORCE, NBUF, ARG0
+-- How many prefetched requests the caller may hold after a top-up (see
+-- conclude in refill.lua); 0: it takes none.
+local TOPUP
 -- The prefetched requests' (id, token) pairs are ARGS[BUF0 + 1] on.
 local BUF0
 -- Server time in ms with its microseconds as a fraction, read once per call
