@@ -286,6 +286,16 @@ local function give_back_lost()
   drop_ended()
 end
 
+-- The caller's prefetched requests: their ids, and their lease records
+-- (false for one that is no longer leased).
+local function held_leases()
+  local ids = {}
+  for i = 1, NBUF do
+    ids[i] = ARGS[BUF0 + 2 * i - 1]
+  end
+  return ids, redis.call('HMGET', K_LEASE, unpack(ids))
+end
+
 -- Whether a top-up keeps each host's order: a host whose head now comes
 -- before its held request (a better add, one that came back, an add in
 -- LIFO order) is fine when the top-up leases that head (ready, and of a
@@ -293,13 +303,9 @@ end
 -- needs the batch given back otherwise (at its concurrency limit, delayed,
 -- or of the last held request's priority).
 local function held_stay_first()
-  local ids = {}
+  local ids, records = held_leases()
   for i = 1, NBUF do
-    ids[i] = ARGS[BUF0 + 2 * i - 1]
-  end
-  local records = redis.call('HMGET', K_LEASE, unpack(ids))
-  for i = 1, NBUF do
-    if records[i] then
+    if records[i] and lease_token(records[i]) == ARGS[BUF0 + 2 * i] then
       local _, text, _, name = parse_lease(records[i])
       local score, state = tonumber(text), host(name)
       local head = state.head_score
@@ -349,11 +355,7 @@ local function conclude(flags, best)
     take(ahead + math.max(REFILL - NBUF, 0), out, taken, records)
   elseif back then
     out[2] = 1
-    local ids = {}
-    for i = 1, NBUF do
-      ids[i] = ARGS[BUF0 + 2 * i - 1]
-    end
-    local held = redis.call('HMGET', K_LEASE, unpack(ids))
+    local ids, held = held_leases()
     for i = 1, NBUF do
       if held[i] and lease_token(held[i]) == ARGS[BUF0 + 2 * i] then
         end_lease(ids[i], held[i], 'unpop')
