@@ -1,0 +1,102 @@
+"""redis-server under callgrind, instrumentation off, on a free 127.0.0.1 port.
+
+`start_server` runs valgrind's callgrind on redis-server (no persistence,
+``--hz 1``, ``--activerehashing no``, serverCron left out of the counts, the
+caller's extra arguments last) and waits for its PING; `missing_tools` names
+what this needs and the machine lacks.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.ir_ab import procs
+
+
+def missing_tools(redis_bin: str, shim: bool) -> list[str]:
+    """What is needed and absent: valgrind and vgdb, gcc (for the shim), redis-server."""
+    missing = [tool for tool in ("valgrind", "vgdb") if shutil.which(tool) is None]
+    if shim and shutil.which("gcc") is None:
+        missing.append("gcc")
+    if shutil.which(redis_bin) is None:
+        missing.append(f"{redis_bin} (REDIS_BIN or --redis-bin)")
+    return missing
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(
+    redis_bin: str,
+    folder: Path,
+    env: dict[str, str] | None = None,
+    extra: list[str] | None = None,
+) -> tuple[subprocess.Popen[Any], int, str]:
+    """redis-server under callgrind (instrumentation off) answering PING: (proc, port, out),
+    out being the prefix of its dumps (``out.1``, ``out.2``...)."""
+    import redis
+
+    folder.mkdir(parents=True, exist_ok=True)
+    out = str(folder / "cg.out")
+    for _ in range(3):  # a port taken between the check and the bind: another try
+        port = _free_port()
+        command = [
+            "valgrind",
+            "--tool=callgrind",
+            "--instr-atstart=no",
+            "--toggle-collect=serverCron",
+            "--collect-atstart=yes",
+            f"--callgrind-out-file={out}",
+            f"--log-file={folder}/valgrind.log",
+            redis_bin,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(folder),
+            "--protected-mode",
+            "no",
+            "--hz",
+            "1",
+            "--activerehashing",
+            "no",
+            "--jemalloc-bg-thread",
+            "no",
+            "--logfile",
+            str(folder / "redis.log"),
+            *(extra or []),
+        ]
+        proc = procs.spawn(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+        )
+        client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=30)
+        deadline = time.monotonic() + 60
+        try:
+            while time.monotonic() < deadline and proc.poll() is None:
+                try:
+                    if client.ping():
+                        return proc, port, out
+                except redis.RedisError:
+                    time.sleep(0.05)
+        finally:
+            client.close()
+        procs.stop(proc)
+    raise RuntimeError(f"redis-server under callgrind did not start (see {folder})")
