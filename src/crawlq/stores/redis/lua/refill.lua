@@ -14,7 +14,6 @@
 --   7 score of the caller's last prefetched request ('' if none)
 --   8 '1': give the prefetched requests back whatever happens; 't' .. N:
 --     the caller merges (see conclude) and may hold N; else '0'
-
 --   9 n prefetched requests, then n (id, token) pairs
 -- A changing function returns {flags, returned, id, token, host, payload, ...}:
 -- flags is add's outcome per request ('1' added, '0' duplicate), then on a
