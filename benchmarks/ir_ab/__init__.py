@@ -25,10 +25,14 @@ runs the calls, then dumps and switches it off. ``a1`` is
 ``benchmarks.cluster_a1``'s worker (crawlq's asyncio Scheduler, 32 coroutines
 doing get -> add_many of 5 links, half seen -> task_done) after its 1,000
 seeds; its window is the whole run of --a1-steps steps (start and close
-included). ``ping`` is always measured: the floor under every call.
+included). ``a1c:N`` is the same worker on a one-node Redis Cluster
+(``redis+cluster://``, the node given every slot) with a crawl of N shards
+(default 16): beside ``a1`` it shows what sharding itself costs, with no
+second node in the way. ``ping`` is always measured: the floor under every
+call.
 
 Figures: server Ir per call, and per item (link for the add shapes, pop, ack,
-pop+ack for popack, step for w2 and a1); FCALLs and the commands the functions
+pop+ack for popack, step for w2, a1 and a1c); FCALLs and the commands the functions
 ran (commandstats) per call, with a note when a variant's commands differ; the
 share of Lua's garbage collector (luaC_step, Redis's lua_gc every 50 FCALLs)
 and string-table growth; each variant's difference against the first, all Ir

@@ -124,7 +124,7 @@ def run(spec: Result) -> None:
     patched = [] if spec["real_clock"] else determinise()
     window = IrWindow(spec["port"], Callgrind(spec["pid"], spec["cg_out"]))
     try:
-        result = _a1(spec, window) if spec["shape"] == "a1" else _shape(spec, window)
+        result = _a1(spec, window) if spec["shape"] in ("a1", "a1c") else _shape(spec, window)
     except CronLeak as exc:
         print(RETRY + str(exc), flush=True)
         return
@@ -172,7 +172,8 @@ def _a1(spec: Result, window: IrWindow) -> Result:
     steps = spec["calls"]
     # Older benchmarks (--bench-root) have no shards parameter.
     has_shards = "shards" in inspect.signature(cluster_a1.child).parameters
-    options = {"shards": 16} if has_shards else {}
+    shards = spec["k"] if spec["shape"] == "a1c" else 16  # (a1: not a cluster URL)
+    options = {"shards": shards} if has_shards else {}
     cluster_a1.child(spec["url"], steps, steps + 1, **options)  # mark > steps: no marks
     if state.get("left") != state.get("want"):
         raise RuntimeError(f"A1 left {state.get('left')} requests, not {state.get('want')}")

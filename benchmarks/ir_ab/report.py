@@ -19,7 +19,7 @@ def per_call(shape: Shape, result: Result) -> dict[str, float | None]:
     calls = result.get("design", {}).get("steps") or shape["calls"]
     commands = result["commands"]
     ir = result["ir"] / calls
-    k = 1 if shape["shape"] in ("w2", "a1") else max(shape["k"], 1)
+    k = 1 if shape["shape"] in ("w2", "a1", "a1c") else max(shape["k"], 1)
     return {
         "ir": ir,
         "item": ir / k if shape["shape"] in ITEM else None,

@@ -23,8 +23,8 @@ from typing import Any
 
 from benchmarks.ir_ab import procs
 from benchmarks.ir_ab.child import RESULT, RETRY
-from benchmarks.ir_ab.server import start_server
-from benchmarks.ir_ab.shapes import Shape, replica
+from benchmarks.ir_ab.server import CLUSTER_ARGS, own_all_slots, start_server
+from benchmarks.ir_ab.shapes import CLUSTER_SHAPES, Shape, replica
 
 HERE = Path(__file__).resolve().parent
 Result = dict[str, Any]
@@ -74,16 +74,21 @@ def _run_once(
     label = shape["label"].replace(":", "-")
     folder = root / "servers" / f"{label}.v{index}.r{shape.get('replica', 0)}.{attempt}"
     begin = time.perf_counter()
-    proc, port, out = start_server(args.redis_bin, folder, args.server_env, args.redis_args)
+    cluster = shape["shape"] in CLUSTER_SHAPES
+    extra = [*CLUSTER_ARGS, *args.redis_args] if cluster else args.redis_args
+    proc, port, out = start_server(args.redis_bin, folder, args.server_env, extra)
     try:
-        crawl = "a1" if shape["shape"] == "a1" else "bench"
+        if cluster:
+            own_all_slots(port)
+        crawl = "a1" if shape["shape"] in ("a1", *CLUSTER_SHAPES) else "bench"
+        scheme = "redis+cluster" if cluster else "redis"
         spec = {
             **shape,
             "src": src,
             "port": port,
             "pid": proc.pid,
             "cg_out": out,
-            "url": f"redis://127.0.0.1:{port}/0?crawl={crawl}",
+            "url": f"{scheme}://127.0.0.1:{port}/0?crawl={crawl}",
             "real_clock": args.real_clock,
         }
         env = {

@@ -29,6 +29,32 @@ def missing_tools(redis_bin: str, shim: bool) -> list[str]:
     return missing
 
 
+#: redis-server arguments of a one-node Redis Cluster (`own_all_slots` gives it every slot).
+CLUSTER_ARGS = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
+
+
+def own_all_slots(port: int) -> None:
+    """Give the one-node cluster at ``port`` every slot and wait for ``cluster_state:ok``."""
+    import redis
+
+    client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=60)
+    try:
+        client.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
+        deadline = time.monotonic() + 60
+        while client.cluster("INFO").get("cluster_state") != "ok":  # (parsed by redis-py)
+            # A new primary takes writes 2 s of wall clock after it starts; under the
+            # shim's virtual clock (see fixseed.c) only TIME commands move that clock.
+            pipe = client.pipeline(transaction=False)
+            for _ in range(1000):
+                pipe.time()
+            pipe.execute()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the cluster node on port {port} never reported state ok")
+            time.sleep(0.05)
+    finally:
+        client.close()
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

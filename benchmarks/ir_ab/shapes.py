@@ -37,9 +37,12 @@ ITEM = {
     "popack": "pop+ack",
     "w2": "step",
     "a1": "step",
+    "a1c": "step",
 }
 #: Shapes without k (shown by name alone).
 _PLAIN = (*FLOORS, "w2", "a1", "pop_empty")
+#: Shapes run on a one-node Redis Cluster (k: the crawl's shards).
+CLUSTER_SHAPES = ("a1c",)
 
 
 def calls_for(shape: str, k: int, calls: int, items: int) -> int:
@@ -58,15 +61,15 @@ def parse_shapes(text: str, args: argparse.Namespace) -> list[Shape]:
             continue
         part, _, forced = part.partition("@")
         name, _, given = part.partition(":")
-        if name not in (*FLOORS, *CRAWLQ_SHAPES, "a1"):
+        if name not in (*FLOORS, *CRAWLQ_SHAPES, "a1", *CLUSTER_SHAPES):
             raise SystemExit(f"unknown shape {name!r}")
         if given:
             k = int(given)
         else:
-            k = 5 if name == "w2" else 0 if name in (*FLOORS, "a1", "pop_empty") else 1
+            k = 5 if name == "w2" else 16 if name == "a1c" else 0 if name in _PLAIN else 1
         if forced:
             calls = int(forced)
-        elif name == "a1":
+        elif name in ("a1", *CLUSTER_SHAPES):
             calls = args.a1_steps
         else:
             calls = calls_for(name, k, args.calls, args.items)
