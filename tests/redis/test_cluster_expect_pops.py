@@ -72,9 +72,9 @@ def test_a_scheduler_crawl_leases_each_request_about_once(crawl: str, leases: Le
 
     done, held = asyncio.run(run())
     assert done >= pages
-    # Each shard holds two (the merge's head and the next), or up to twice
-    # that after a better link topped it up (refill.lua), never a batch
-    # grown towards prefetch.
+    # Each shard holds its share of the pops (one: the merge's head here),
+    # or up to four after a better link topped it up (refill.lua), never a
+    # batch grown towards prefetch.
     assert max(held) <= 4
     # Before expect_pops: 18 leased and 17 given back per page. A batch went
     # back when a write brought its shard one at least as good (priorities

@@ -78,8 +78,8 @@ _HOST_CACHE: Final = 100_000  # hosts whose shard is remembered
 _LIFO_TOP: Final = 999_999_999_999_999  # ids: FIFO ones count up from 0, LIFO ones down
 _FIFO_IDS: Final = _LIFO_TOP // 2
 _REPEEK: Final = 0.25  # seconds between two looks at every shard's batch, known or not
-#: Requests a shard holds at least for pops a caller said follow (`ClusterStore.expect_pops`).
-_DEPTH: Final = 2
+#: Requests a shard leases at least for pops a caller said follow (`ClusterStore.expect_pops`).
+_DEPTH: Final = 1
 
 
 def open_store(
@@ -339,12 +339,12 @@ class ClusterStore:
         """Have the next changing calls lease what ``count`` pops need, shard by shard.
 
         `RedisStore.expect_pops` over shards: a shard's last call of a write,
-        and a shard the merge looks at again, lease at most its share of the
-        pops (``count`` over the shard count), or `_DEPTH` (its head and the
-        next) when more: deeper, a batch is mostly given back when the next
-        write brings its shard a better request (A1, 16 shards: 247, 208, 245
-        us a step with depth 1, 2, 3); shallower, few shards cost a call per
-        two pops (3 shards: 0.6 calls a page, 0.3). None: each guesses again.
+        and a shard the merge looks at again, lease its share of the pops
+        (``count`` over the shard count), at least its head (`_DEPTH`). Less,
+        few shards cost a call per two pops (3 shards: 0.6 calls a page,
+        0.3); more is mostly given back when a write brings a better request
+        (A1, 16 shards: 6.4% fewer server instructions a page holding one
+        than two, a1c:16 in ``benchmarks.ir_ab``). None: each guesses again.
         """
         self._left = None if count is None else min(count, self._prefetch)
         for shard in self._shards:
@@ -353,7 +353,7 @@ class ClusterStore:
     def _expect(self, k: int) -> None:
         """Tell shard ``k`` how many requests its next call leases (see `expect_pops`)."""
         left = self._left
-        if left is not None:  # a share of the pops, at least its head and the next
+        if left is not None:  # a share of the pops, at least its head
             self._shards[k].expect_pops(min(left, max(_DEPTH, -(-left // self._count))))
 
     def _touch(self, k: int) -> None:
