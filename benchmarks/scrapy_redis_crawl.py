@@ -30,6 +30,11 @@ redis-py (the benchmark venv)::
     apt-get install -y python3.11-doc redis-server
     /work/benchvenv/bin/python -m benchmarks.scrapy_redis_crawl --repeat 3
 
+``--primaries 1,3`` adds crawlq crawls on a fresh Redis Cluster of each
+primary count (``crawlq-cluster-P``, ``--shards`` shards, default 16;
+``benchmarks.redis_servers``, every node pinned to ``--cpu``), interleaved
+with the others: server CPU is all primaries' summed, commands all nodes'.
+
 ``--before DIR`` adds crawls with another copy of ``src/`` (say, the last
 commit's: ``git archive HEAD src | tar -x -C /tmp/before``, then
 ``--before /tmp/before/src``), named crawlq-before, interleaved with the
@@ -144,6 +149,28 @@ def redis_server(cpu: str) -> Iterator[tuple[str, int]]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
+@contextmanager
+def crawl_servers(impl: str, cpu: str, shards: int) -> Iterator[tuple[str, list[int], list[str]]]:
+    """The servers of one crawl, pinned to ``cpu``: (the scheduler's URL, their pids, the URL
+    of each for ``INFO``). ``crawlq-cluster-P`` crawls a fresh Redis Cluster of P primaries
+    (``benchmarks.redis_servers``) with ``shards`` shards; the others one fresh server."""
+    if not impl.startswith("crawlq-cluster-"):
+        with redis_server(cpu) as (url, pid):
+            yield url, [pid], [url]
+        return
+    from benchmarks.redis_servers import servers
+
+    primaries = int(impl.rpartition("-")[2])
+    root = Path(tempfile.mkdtemp(prefix="crawlq-bench-cluster-"))
+    with servers(primaries, root, [int(c) for c in cpu.split(",")]) as nodes:
+        seeds = ",".join(f"127.0.0.1:{node.port}" for node in nodes[:2])
+        yield (
+            f"redis+cluster://{seeds}/",
+            [node.pid for node in nodes],
+            [f"redis://127.0.0.1:{node.port}/0" for node in nodes],
+        )
+
+
 def with_source_links(source: Path, copy: Path) -> None:
     """Copy the docs to ``copy``, adding each page's "Show Source" link, as docs.python.org has."""
     shutil.copytree(source, copy)
@@ -181,7 +208,7 @@ def served_site(source: Path, cpu: str) -> Iterator[str]:
         shutil.rmtree(copy.parent, ignore_errors=True)
 
 
-def settings_for(impl: str, url: str, options: dict[str, str]) -> dict[str, str]:
+def settings_for(impl: str, url: str, options: dict[str, str], shards: int) -> dict[str, str]:
     settings = {
         "LOG_LEVEL": "WARNING",
         "TELNETCONSOLE_ENABLED": "False",
@@ -191,6 +218,8 @@ def settings_for(impl: str, url: str, options: dict[str, str]) -> dict[str, str]
     if impl.startswith("crawlq"):
         settings["SCHEDULER"] = "crawlq.contrib.scrapy.Scheduler"
         settings["CRAWLQ_URL"] = url + "?crawl=docs"
+        if impl.startswith("crawlq-cluster-"):
+            settings["CRAWLQ_OPTIONS"] = json.dumps({"shards": shards})
     else:
         settings["SCHEDULER"] = "scrapy_redis.scheduler.Scheduler"
         settings["DUPEFILTER_CLASS"] = "scrapy_redis.dupefilter.RFPDupeFilter"
@@ -198,34 +227,40 @@ def settings_for(impl: str, url: str, options: dict[str, str]) -> dict[str, str]
     return settings
 
 
-def commandstats(url: str) -> dict[str, dict[str, float]]:
+def commandstats(urls: list[str]) -> dict[str, dict[str, float]]:
+    """Calls and microseconds of each command, summed over the servers at ``urls``."""
     import redis
 
-    client = redis.Redis.from_url(url)
-    try:
-        return {
-            name.removeprefix("cmdstat_"): {"calls": v["calls"], "usec": v["usec"]}
-            for name, v in client.info("commandstats").items()
-        }
-    finally:
-        client.close()
+    total: dict[str, dict[str, float]] = {}
+    for url in urls:
+        client = redis.Redis.from_url(url)
+        try:
+            for name, v in client.info("commandstats").items():
+                had = total.setdefault(name.removeprefix("cmdstat_"), {"calls": 0, "usec": 0})
+                had["calls"] += v["calls"]
+                had["usec"] += v["usec"]
+        finally:
+            client.close()
+    return total
 
 
-def crawl(impl: str, base: str, cpu: str, options: dict[str, str], src: Path) -> dict[str, Any]:
-    """One timed crawl on a fresh server, holding the benchmark lock."""
+def crawl(
+    impl: str, base: str, cpu: str, options: dict[str, str], src: Path, shards: int
+) -> dict[str, Any]:
+    """One timed crawl on fresh servers, holding the benchmark lock."""
     with tempfile.TemporaryDirectory(prefix="crawlq-docs-crawl-") as tmp:
         workdir = Path(tmp)
         spider, out = workdir / "docs_spider.py", workdir / "out.json"
         spider.write_text(SPIDER)
-        with redis_server(cpu) as (url, pid):
+        with crawl_servers(impl, cpu, shards) as (url, pids, info_urls):
             command = ["taskset", "-c", cpu, sys.executable, "-m", "scrapy", "runspider"]
             command += [str(spider), "-a", f"base={base}", "-a", f"out={out}"]
-            for name, value in settings_for(impl, url, options).items():
+            for name, value in settings_for(impl, url, options, shards).items():
                 command += ["-s", f"{name}={value}"]
             environment = dict(os.environ, PYTHONPATH=str(src))
             with open(LOCK, "w") as lock:
                 fcntl.flock(lock, fcntl.LOCK_EX)
-                server_before = cpu_seconds(pid)
+                server_before = sum(map(cpu_seconds, pids))
                 before = resource.getrusage(resource.RUSAGE_CHILDREN)
                 started = time.perf_counter()
                 done = subprocess.run(
@@ -233,8 +268,8 @@ def crawl(impl: str, base: str, cpu: str, options: dict[str, str], src: Path) ->
                 )
                 wall = time.perf_counter() - started
                 after = resource.getrusage(resource.RUSAGE_CHILDREN)
-                server = cpu_seconds(pid) - server_before
-            calls = commandstats(url)
+                server = sum(map(cpu_seconds, pids)) - server_before
+            calls = commandstats(info_urls)
         if done.returncode or not out.exists():
             return {"impl": impl, "error": done.stderr[-2000:]}
         data = json.loads(out.read_text())
@@ -282,11 +317,19 @@ def main() -> None:
     parser.add_argument(
         "--before", type=Path, help="also crawl with this copy of src/ (crawlq-before), interleaved"
     )
+    parser.add_argument(
+        "--primaries",
+        default="",
+        help="also crawl a Redis Cluster of each of these primary counts (comma list, e.g. 1,3): "
+        "crawlq-cluster-P, on --cpu like the others",
+    )
+    parser.add_argument("--shards", type=int, default=16, help="a cluster crawl's shards")
     args = parser.parse_args()
     if not (args.site / "index.html").exists():
         sys.exit(f"no site at {args.site}: apt-get install -y python3.11-doc, or --site DIR")
     options = dict(option.split("=", 1) for option in args.options)
     impls = args.impls.split(",")
+    impls += [f"crawlq-cluster-{p}" for p in args.primaries.split(",") if p]
     sources = dict.fromkeys(impls, args.src)
     if args.before is not None:
         impls.insert(0, "crawlq-before")
@@ -295,7 +338,7 @@ def main() -> None:
     with served_site(args.site, args.site_cpu) as base:
         for round_ in range(args.repeat):
             for impl in impls:
-                result = crawl(impl, base, args.cpu, options, sources[impl])
+                result = crawl(impl, base, args.cpu, options, sources[impl], args.shards)
                 result["round"] = round_
                 results.append(result)
                 shown = {k: v for k, v in result.items() if k not in ("stats", "commands_per_page")}
@@ -320,7 +363,7 @@ def main() -> None:
             f"| {median['pages_per_s']:.0f} |"
         )
     peer = medians.get("scrapy-redis")
-    for impl in ("crawlq-before", "crawlq"):
+    for impl in ("crawlq-before", "crawlq", *(i for i in impls if i.startswith("crawlq-c"))):
         if impl in medians and peer is not None:
             ratio = medians[impl]["server_us_per_page"] / peer["server_us_per_page"]
             print(f"\nserver CPU per page, {impl} / scrapy-redis: {ratio:.3f}x")

@@ -704,20 +704,22 @@ def links_held_when_the_store_fails_go_on_from_memory(tmp: Path) -> None:
 
 @scenario
 def bad_settings_are_refused_naming_the_setting(tmp: Path) -> None:
-    cases = {
-        "CRAWLQ_URL": {"CRAWLQ_URL": "bogus://x"},
-        "CRAWLQ_LEASE_TIMEOUT": {"CRAWLQ_LEASE_TIMEOUT": "-1"},
-        "CRAWLQ_HOST_DELAY": {"CRAWLQ_HOST_DELAY": "soon"},
-        "CRAWLQ_LIFO": {"CRAWLQ_LIFO": "maybe"},
-        "CRAWLQ_OPTIONS": {"CRAWLQ_OPTIONS": {"nonsense": 1}},
-    }
-    for name, settings in cases.items():
+    cases = [
+        ("CRAWLQ_URL", "bogus://x"),
+        ("CRAWLQ_LEASE_TIMEOUT", "-1"),
+        ("CRAWLQ_HOST_DELAY", "soon"),
+        ("CRAWLQ_LIFO", "maybe"),
+        ("CRAWLQ_OPTIONS", {"nonsense": 1}),
+        # JSON text, as ``-s CRAWLQ_OPTIONS=...`` gives it: it must parse.
+        ("CRAWLQ_OPTIONS", "{shards: 3}"),
+    ]
+    for name, value in cases:
         try:
-            open_scheduler(settings)
+            open_scheduler({name: value})
         except crawlq.ConfigError as exc:
             assert name in str(exc), (name, str(exc))
         else:
-            raise AssertionError(f"{name} was accepted")
+            raise AssertionError(f"{name}={value!r} was accepted")
 
 
 @scenario

@@ -150,14 +150,20 @@ def test_a_job_locked_by_a_running_crawl_stops_the_second_at_start(
 def test_a_crawl_on_a_redis_cluster_fetches_every_page_once(
     site: ServedSite, make_crawl: Any, redis_cluster_url: str
 ) -> None:
-    """The drop-in scheduler over a crawl sharded by host over a real 3-primary cluster."""
+    """The drop-in scheduler over a crawl sharded by host over a real 3-primary cluster.
+
+    Its shard count comes from the command line, as JSON text (``-s
+    CRAWLQ_OPTIONS=...``), the way Scrapy reads its own dict settings there.
+    """
     url = f"{redis_cluster_url}?crawl=scrapy-site-{id(site)}"
-    result = make_crawl({"SCHEDULER": SCHEDULER, "CRAWLQ_URL": url}).run()
+    settings = {"SCHEDULER": SCHEDULER, "CRAWLQ_URL": url, "CRAWLQ_OPTIONS": '{"shards": 5}'}
+    result = make_crawl(settings).run()
     assert_finished(result)
     assert_exactly_once(site)
     pages = len(site.expected())
     assert result.stats["crawlq/acked"] == pages
     found = _redis_cluster_admin.inspect(url)
     assert (found.queued, found.leased, found.seen) == (0, 0, pages)
+    assert len(found.shards) == 5
     assert sum(1 for shard in found.shards if shard.seen) > 1  # spread over shards
     _redis_cluster_admin.purge(url)

@@ -26,7 +26,8 @@ requests in the engine at once, downloading or being parsed (the re-fetches afte
 | `CRAWLQ_LEASE_TIMEOUT` | `600` | seconds before an unfinished request is handed out again |
 | `CRAWLQ_IDLE_CLOSE` | unset: close when the crawl has nothing left | seconds a worker with \
 nothing to do stays open, looking for requests fed from outside (`crawlq add`); 0: never close |
-| `CRAWLQ_OPTIONS` | `{}` | more `crawlq.open_frontier` options, e.g. `{"synchronous": "full"}` |
+| `CRAWLQ_OPTIONS` | `{}` | more `crawlq.open_frontier` options, e.g. \
+`{"synchronous": "full"}`; on the command line as JSON text: `-s CRAWLQ_OPTIONS='{"shards": 6}'` |
 | `CRAWLQ_RETRY_AFTER_DEFAULT` | `60` | seconds `RetryAfterMiddleware` blocks a slot that \
 answered 429 or 503 without a `Retry-After` |
 | `CRAWLQ_RETRY_AFTER_MAX` | `3600` | the longest block (and robots.txt `Crawl-delay`) \

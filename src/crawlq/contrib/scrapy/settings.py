@@ -8,6 +8,7 @@ checked here, once, so that a bad one stops the crawl at start with a
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -119,6 +120,12 @@ class SchedulerConfig:
         options = settings.get("CRAWLQ_OPTIONS") or {}
         if not isinstance(options, dict) and hasattr(options, "copy_to_dict"):
             options = options.copy_to_dict()
+        if isinstance(options, str):
+            # As Scrapy's own dict settings read from ``-s NAME=VALUE``: JSON text.
+            try:
+                options = json.loads(options)
+            except ValueError as exc:
+                raise ConfigError(f"CRAWLQ_OPTIONS is not JSON: {options!r} ({exc})") from None
         if not isinstance(options, dict):
             raise ConfigError(
                 f"CRAWLQ_OPTIONS must be a dict of open_frontier options, not {options!r}"
