@@ -260,6 +260,17 @@ redis.register_function{function_name='nop_w', callback=function() return 1 end,
 """
 
 
+def _common_tail() -> list[Any]:
+    """The common arguments of a changing call after the call number, nothing held: one
+    packed header (crawlq.stores.redis.calls.CALL_HEADER), or, for a crawlq from before
+    it, seven arguments."""
+    try:
+        from crawlq.stores.redis.calls import CALL_HEADER  # type: ignore[attr-defined]
+    except ImportError:
+        return ["3600000", "0", "0", "0", "", "0", "0"]
+    return [CALL_HEADER.pack(3600000, 0, 0, 0, 0, 0, 0, 0)]
+
+
 def floor_shape(spec: Result, window: Window) -> Result:
     """The floors under every call: ping, empty functions, crawlq's with nothing to do."""
     from crawlq.stores.redis.library import library
@@ -280,7 +291,7 @@ def floor_shape(spec: Result, window: Window) -> Result:
 
     elif shape == "pop0":
         name = functions["pop"]
-        tail = ["3600000", "0", "0", "0", "", "0", "0"]
+        tail = _common_tail()
 
         def one() -> Any:
             return client.execute_command(
@@ -295,7 +306,7 @@ def floor_shape(spec: Result, window: Window) -> Result:
 
     else:
         name = functions["add"]
-        tail = ["3600000", "0", "0", "0", "", "0", "0", "0", "0", "0", "0", "", "0", "", "0"]
+        tail = [*_common_tail(), "0", "0", "0", "0", "", "0", "", "0"]
 
         def one() -> Any:
             return client.execute_command(

@@ -31,6 +31,7 @@ from .memory import check_evictions
 from .wire import pack_args, pack_entries
 
 __all__ = [
+    "CALL_HEADER",
     "EVICTION_CHECK",
     "LINKS_HEADER",
     "LINKS_HELD",
@@ -56,6 +57,11 @@ LINKS_HEADER: Final = struct.Struct(">BIIBIIddI")
 #: the score (-priority) of the last of them, how many a top-up may leave
 #: held (0: none; see `FunctionCalls._topup`).
 LINKS_HELD: Final = struct.Struct(">ddIIdI")
+#: The header of every other changing call (see refill.lua): lease_timeout
+#: ms, host_delay us, host_concurrency, how many to hold after the call, the
+#: score of the last held, flags (1 give them back, 2 some are held), how
+#: many a top-up may leave held, how many are held.
+CALL_HEADER: Final = struct.Struct(">ddIIdBII")
 
 #: A call packed (and maybe sent) by `FunctionCalls._call_start`: its packed
 #: command, how to pack its retry, what it does, its key prefix (None: the
@@ -89,7 +95,6 @@ class FunctionCalls:
         _location: RedisURL
         _lost: int | None
         _policy_numbers: tuple[int, int, int]
-        _policy_packed: bytes
         _popping: bool
         _prefetch: int
         _prefix: bytes
@@ -186,20 +191,22 @@ class FunctionCalls:
         else:
             head = pack_args([b"FCALL", self._functions[function], b"1", prefix, self._owner])
         topup = self._topup(refill) if buffer and prefix is None else 0
+        flags = (1 if force or self._suspect else 0) | (2 if buffer else 0)
+        lease_ms, delay_us, concurrency = self._policy_numbers
+        worst = -buffer[-1][0].priority if buffer else 0
         args = [
-            b"%d" % refill,
-            b"%d" % -buffer[-1][0].priority if buffer else b"",
-            b"1" if force or self._suspect else b"t%d" % topup if topup else b"0",
-            b"%d" % len(buffer),
+            CALL_HEADER.pack(
+                lease_ms, delay_us, concurrency, refill, worst, flags, topup, len(buffer)
+            )
         ]
         for request, _ in buffer:
             lease = request._lease
             args.append(lease[0])  # type: ignore[index]
             args.append(lease[1])  # type: ignore[index]
         args.extend(extra)
-        # FCALL, function, 1, prefix, owner, call number, 3 policy arguments.
-        start = b"*%d\r\n%b" % (9 + len(args), head)
-        rest = self._policy_packed + pack_args(args)
+        # FCALL, function, 1, prefix, owner, call number, then args.
+        start = b"*%d\r\n%b" % (6 + len(args), head)
+        rest = pack_args(args)
 
         number = b"%d" % self._calls
         if self._lost is not None and prefix is None:

@@ -91,7 +91,7 @@ from .inspection import Inspection, inspect, purge, server_counters
 from .lean import LeanAdds, PendingAdd, WorkerCounts
 from .open import Dedup, check_server, open_crawl
 from .state import bloom_stats, load_state, save_state
-from .wire import pack, pack_args, pack_entries
+from .wire import pack, pack_entries
 
 __all__ = [
     "OPTIONS",
@@ -179,7 +179,6 @@ class RedisStore(FunctionCalls, Finishing, LeanAdds, WorkerCounts, RedisControls
             math.ceil(round(policy.host_delay * 1_000_000, 3)),
             policy.host_concurrency or 0,
         )
-        self._policy_packed = pack_args([b"%d" % n for n in self._policy_numbers])
         self._lifo = policy.lifo
         self._ack_delay = policy.ack_delay
         self._control_head = [

@@ -8,13 +8,16 @@
 --
 -- Arguments common to every changing function (its own ones follow):
 --   1 owner  2 call number (prefixed 'r' when the call is a retry)
---   3 lease_timeout ms  4 host_delay ms
---   5 host_concurrency (0: no limit)  6 how many prefetched requests the
---   caller wants to hold after the call (those it sends that stay count)
---   7 score of the caller's last prefetched request ('' if none)
---   8 '1': give the prefetched requests back whatever happens; 't' .. N:
---     the caller merges (see conclude) and may hold N; else '0'
---   9 n prefetched requests, then n (id, token) pairs
+--   3 a header packed big-endian (one argument: a struct.unpack, where six
+--     arguments cost six tonumber calls): lease_timeout ms (double),
+--     host_delay us (double), host_concurrency (uint32, 0: no limit), how
+--     many prefetched requests the caller wants to hold after the call
+--     (uint32, those it sends that stay count), the score of its last
+--     prefetched request (double), flags (byte: 1 give the prefetched
+--     requests back whatever happens, 2 that score is there: some are held),
+--     how many a top-up may leave held (uint32, 0: no top-up; the caller
+--     merges, see conclude), n prefetched requests (uint32)
+--   then n (id, token) pairs
 -- A changing function returns {flags, returned, id, token, host, payload, ...}:
 -- flags is add's outcome per request ('1' added, '0' duplicate), then on a
 -- cluster shard ':' and the shard's new number mark (an add's, or a
@@ -61,18 +64,16 @@ local function begin(keys, args)
   ARGS = args
   set_keys(keys[1])
   OWNER = args[1]
-  RETRY = string.sub(args[2], 1, 1) == 'r'
+  RETRY = string.byte(args[2], 1) == 114 -- 'r'
   CALL = string.match(args[2], '%d+')
-  LEASE_MS = tonumber(args[3])
-  DELAY_MS = tonumber(args[4]) / 1000 -- sent in microseconds
-  CONCURRENCY = tonumber(args[5])
-  REFILL = tonumber(args[6])
-  WORST = tonumber(args[7])
-  FORCE = args[8] == '1'
-  TOPUP = string.byte(args[8], 1) == 116 and tonumber(string.sub(args[8], 2)) or 0 -- 't'
-  NBUF = tonumber(args[9])
-  BUF0 = 9
-  ARG0 = 9 + 2 * NBUF
+  local worst, flags
+  LEASE_MS, DELAY_MS, CONCURRENCY, REFILL, worst, flags, TOPUP, NBUF =
+    struct.unpack('>ddI4I4dBI4I4', args[3])
+  DELAY_MS = DELAY_MS / 1000 -- sent in microseconds
+  FORCE = flags % 2 == 1
+  WORST = flags >= 2 and worst or nil
+  BUF0 = 3
+  ARG0 = 3 + 2 * NBUF
   hosts, n_accepted, n_popped, n_released, n_expired, n_refetched, n_revisits =
     {}, 0, 0, 0, 0, 0, 0
   ended, freed, NUMBER = {}, {}, nil
