@@ -348,6 +348,38 @@ def test_a_lost_reply_is_not_run_twice_on_a_shard(
     frontier.close()
 
 
+def test_a_shard_failing_to_send_leaves_the_calls_sent_before_it_in_step(
+    redis_cluster_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write across shards sends every shard's call before reading any reply. When a
+    later shard cannot send (its node went away: the chaos run met it in a failover),
+    the replies of the calls already sent are still read: left unread, the next command
+    on that connection took one for its own (an add read an INFO reply as its outcome
+    and failed with a ValueError, a foreign exception)."""
+    frontier = crawlq.open_frontier(_crawl(redis_cluster_url, "send-fails"))
+    store = frontier._store
+    first, second = "https://first.example/", "https://second.example/"
+    k, j = store._shard_index(b"first.example"), store._shard_index(b"second.example")
+    assert k != j
+
+    def node_gone(*args: object, **kwargs: object) -> None:
+        raise crawlq.StoreUnavailable("the node stopped answering (test)")
+
+    monkeypatch.setattr(store._shards[j], "add_start", node_gone)
+    with pytest.raises(crawlq.StoreUnavailable):
+        frontier.add_many([Request(first + "1"), Request(second + "1")])
+    monkeypatch.undo()
+    # The first shard's call ran; its connection is in step for what follows.
+    again = [Request(first + "1"), Request(first + "2"), Request(second + "1")]
+    assert frontier.add_many(again) == [False, True, True]
+    assert sorted(r.url for r in iter(frontier.pop, None)) == [
+        first + "1",
+        first + "2",
+        second + "1",
+    ]
+    frontier.close()
+
+
 def test_a_crawl_recorded_without_tags_keeps_its_shard_keys(
     redis_cluster: Cluster, redis_cluster_url: str
 ) -> None:

@@ -165,8 +165,7 @@ class ClusterStore:
         self._known: list[tuple[int, int, bytes] | None] = [None] * self._count
         self._repeek_at = 0.0
         self._where: dict[str | bytes, int] = {}
-        # The highest request number this worker knows of, in any shard: the
-        # floor its next adds are numbered from.
+        # The highest request number this worker knows of (any shard): its adds' floor.
         self._mark = 0
         # Requests this worker handed out and has not acked or released, per
         # host: the fewest-leases tie-break across shards, for its own pops.
@@ -254,31 +253,33 @@ class ClusterStore:
 
         Every part's call is sent before any reply is read, so the shards
         (on several nodes) work at once; their outcomes go into ``flags``.
-        Every reply is read even when one fails, then the first failure is
-        raised. ``again`` maps a finished lease (by id) to its refetch; the
-        calls to the shards in ``leasing`` lease what `expect_pops` asks.
+        Every call sent has its reply read, even after a failure (unread, it
+        would be taken by the next command on its connection for its own),
+        then the first failure is raised. ``again`` maps a finished lease (by
+        id) to its refetch; the calls to the shards in ``leasing`` lease what
+        `expect_pops` asks.
         """
         shards = self._shards
         scatter = len(parts) > 1
         span = len(entries)
-        started = []
-        numbered = []
-        for k, indexes, leases in parts:
-            # Numbered after the whole batch (see "Ids across shards" in add.lua).
-            numbering = (self._mark, struct.pack(f">{len(indexes)}I", *indexes), span)
-            part = [entries[i] for i in indexes]
-            refetch = None if again is None else [again[id(lease)] for lease in leases]
-            # Refetches take numbers too: after the floor, entries or none.
-            numbered.append(bool(part) or (refetch is not None and any(refetch)))
-            if k in leasing:
-                self._expect(k)
-            started.append(
-                shards[k].add_start(
-                    part, leases, lifo, scatter, numbering if numbered[-1] else None, refetch
-                )
-            )
-        failure: StoreError | None = None
-        for (k, indexes, _), one, mark in zip(parts, started, numbered, strict=True):
+        started: list[tuple[int, list[int], Any, bool]] = []
+        failure: BaseException | None = None
+        try:
+            for k, indexes, leases in parts:
+                part = [entries[i] for i in indexes]
+                refetch = None if again is None else [again[id(lease)] for lease in leases]
+                # Numbered after the whole batch (see "Ids across shards" in add.lua);
+                # refetches take numbers too: after the floor, entries or none.
+                mark = bool(part) or (refetch is not None and any(refetch))
+                packed = struct.pack(f">{len(indexes)}I", *indexes)
+                numbering = (self._mark, packed, span) if mark else None
+                if k in leasing:
+                    self._expect(k)
+                one = shards[k].add_start(part, leases, lifo, scatter, numbering, refetch)
+                started.append((k, indexes, one, mark))
+        except BaseException as exc:  # (a part that could not start: see above)
+            failure = exc
+        for k, indexes, one, mark in started:
             shard = shards[k]
             try:
                 added = shard.add_end(one)
@@ -341,10 +342,9 @@ class ClusterStore:
         `RedisStore.expect_pops` over shards: a shard's last call of a write,
         and a shard the merge looks at again, lease its share of the pops
         (``count`` over the shard count), at least its head (`_DEPTH`). Less,
-        few shards cost a call per two pops (3 shards: 0.6 calls a page,
-        0.3); more is mostly given back when a write brings a better request
-        (A1, 16 shards: 6.4% fewer server instructions a page holding one
-        than two, a1c:16 in ``benchmarks.ir_ab``). None: each guesses again.
+        few shards cost a call per two pops (3 shards: 0.6 calls a page, 0.3);
+        more is mostly given back when a write brings a better one (A1, 16
+        shards: 6.4% fewer server instructions). None: each guesses again.
         """
         self._left = None if count is None else min(count, self._prefetch)
         for shard in self._shards:
