@@ -26,6 +26,7 @@ from typing import Any
 
 from benchmarks import report, workloads
 from benchmarks.measure import PROGRESS_MARKER, RESULT_MARKER
+from benchmarks.redis_servers import plain_server_args
 from benchmarks.workloads import Spec
 
 HERE = Path(__file__).resolve().parent
@@ -47,23 +48,7 @@ class RedisServer:
             sock.bind(("127.0.0.1", 0))
             self.port = sock.getsockname()[1]
         self.dir = tempfile.mkdtemp(prefix="crawlq-bench-redis-")
-        self.process = subprocess.Popen(
-            [
-                binary,
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                self.dir,
-                "--logfile",
-                f"{self.dir}/log",
-            ]
-        )
+        self.process = subprocess.Popen([binary, *plain_server_args(self.port, self.dir)])
         self.url = f"redis://127.0.0.1:{self.port}/0"
         for _ in range(500):
             try:

@@ -38,6 +38,16 @@ _START_TIMEOUT = 30.0
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
+def plain_server_args(port: int, directory: Path | str, log: str = "log") -> list[str]:
+    """redis-server's options for a benchmark server: 127.0.0.1:``port``, no persistence.
+
+    Its files and its log (``log``, a name inside ``directory``) go to ``directory``.
+    """
+    network = ["--port", str(port), "--bind", "127.0.0.1", "--protected-mode", "no"]
+    files = ["--dir", str(directory), "--logfile", f"{directory}/{log}"]
+    return [*network, "--save", "", "--appendonly", "no", *files]
+
+
 def _free_port(cluster: bool) -> int:
     """A free 127.0.0.1 port; for a cluster node its bus port (+10000) is free too."""
     for _ in range(200):
@@ -91,9 +101,7 @@ class Node:
         self.directory.mkdir(parents=True, exist_ok=True)
         for attempt in range(attempts):
             self.port = _free_port(self.cluster)
-            args = [*pin, binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
-            args += ["--appendonly", "no", "--dir", str(self.directory), "--protected-mode", "no"]
-            args += ["--logfile", str(self.directory / "log")]
+            args = [*pin, binary, *plain_server_args(self.port, self.directory)]
             args += os.environ.get("CRAWLQ_BENCH_REDIS_ARGS", "").split()
             if self.cluster:
                 args += ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]

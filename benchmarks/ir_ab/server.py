@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.ir_ab import procs
+from benchmarks.redis_servers import plain_server_args
 
 
 def missing_tools(redis_bin: str, shim: bool) -> list[str]:
@@ -84,26 +85,13 @@ def start_server(
             f"--callgrind-out-file={out}",
             f"--log-file={folder}/valgrind.log",
             redis_bin,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(folder),
-            "--protected-mode",
-            "no",
+            *plain_server_args(port, folder, log="redis.log"),
             "--hz",
             "1",
             "--activerehashing",
             "no",
             "--jemalloc-bg-thread",
             "no",
-            "--logfile",
-            str(folder / "redis.log"),
             *(extra or []),
         ]
         proc = procs.spawn(
