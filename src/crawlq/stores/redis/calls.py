@@ -11,6 +11,7 @@ It also runs the self-check at open (a probe through add, pop and ack).
 
 from __future__ import annotations
 
+import math
 import os
 import secrets
 import socket
@@ -24,7 +25,6 @@ from ..._errors import StoreError
 from ..._fingerprint import Fingerprinter
 from ..._lease import Lease, new_lease
 from ..._request import Request, decode_request, encode_request
-from ..base import Entry, Refetch
 from .config import RedisURL
 from .conn import Link
 from .memory import check_evictions
@@ -37,14 +37,11 @@ __all__ = [
     "LINKS_HELD",
     "FunctionCalls",
     "Pending",
-    "lease_pairs",
-    "plain_tuples",
-    "refetch_tuples",
-    "release_tuples",
-    "update_quads",
 ]
 
 _FAST_DRAIN: Final = 0.2  # seconds: a batch drained sooner lets the next one grow
+#: Seconds a short lease answers the caller's next pop and wait (see `FunctionCalls._take`).
+SHORT_FOR: Final = 0.1
 #: Seconds between two looks at the server's ``evicted_keys``.
 EVICTION_CHECK: Final = 5.0
 #: The header of add_links (lua/links.lua): flags (1 lifo, 2 numbered, 4 due
@@ -59,8 +56,9 @@ LINKS_HEADER: Final = struct.Struct(">BIIBIIddI")
 LINKS_HELD: Final = struct.Struct(">ddIIdI")
 #: The header of every other changing call (see refill.lua): lease_timeout
 #: ms, host_delay us, host_concurrency, how many to hold after the call, the
-#: score of the last held, flags (1 give them back, 2 some are held), how
-#: many a top-up may leave held, how many are held.
+#: score of the last held, flags (1 give them back, 2 some are held, 4 say
+#: when a pop may lease, if fewer are leased than asked), how many a top-up
+#: may leave held, how many are held.
 CALL_HEADER: Final = struct.Struct(">ddIIdBII")
 
 #: A call packed (and maybe sent) by `FunctionCalls._call_start`: its packed
@@ -84,6 +82,10 @@ class FunctionCalls:
         _buffer: deque[tuple[Request, bytes]]
         _calls: int
         _demand: int | None
+        _said: bool
+        _short_at: float
+        _short_pop: bool
+        _short_ready: float | None
         _eviction_check_at: float
         _evicted: int
         _fetched_at: float
@@ -146,6 +148,7 @@ class FunctionCalls:
 
     def _before_call(self) -> None:
         """What every call of this store's functions checks first: a fork, evictions."""
+        self._short_pop, self._short_ready = False, None  # (the last call's: see _take)
         if os.getpid() != self._pid:
             # A forked copy: the parent owns the prefetched leases.
             self._new_owner()
@@ -192,6 +195,8 @@ class FunctionCalls:
             head = pack_args([b"FCALL", self._functions[function], b"1", prefix, self._owner])
         topup = self._topup(refill) if buffer and prefix is None else 0
         flags = (1 if force or self._suspect else 0) | (2 if buffer else 0)
+        if refill and self._said and prefix is None:
+            flags |= 4  # (see _take)
         lease_ms, delay_us, concurrency = self._policy_numbers
         worst = -buffer[-1][0].priority if buffer else 0
         args = [
@@ -321,6 +326,7 @@ class FunctionCalls:
         that keeps popping when the call ends leases (``finishing``).
         """
         demand, self._demand = self._demand, None
+        self._said = demand is not None
         held = len(self._buffer)
         self._topup_room = 2 * max(demand or 0, 2)
         if demand is not None:
@@ -354,9 +360,19 @@ class FunctionCalls:
         cannot precede.
         """
         buffer = self._buffer
-        if reply[1] == 2 and buffer:
+        returned, first = reply[1], 2
+        if returned >= 4:
+            # Fewer leased than asked: nothing else was ready. The caller
+            # said its pops follow this call (`expect_pops`): once these
+            # are served, its next pop is None without a call, and its next
+            # `next_ready_in` the wait this reply says, for SHORT_FOR seconds.
+            returned, first = returned - 4, 3
+            wait = reply[2]
+            self._short_at, self._short_pop = started, True
+            self._short_ready = math.inf if wait < 0 else started + wait / 1_000_000
+        if returned == 2 and buffer:
             merged = list(buffer)
-            items = iter(reply[2:])
+            items = iter(reply[first:])
             for id_, token, host, payload in zip(items, items, items, items, strict=True):
                 request = decode_request(payload)
                 request._lease = new_lease(Lease, (id_, token, host, self.origin))
@@ -365,18 +381,26 @@ class FunctionCalls:
             merged.sort(key=lambda item: (-item[0].priority, item[0]._lease[0]))  # type: ignore[index]
             self._buffer = deque(merged)
             return
-        if reply[1] or not buffer:
+        if returned or not buffer:
             buffer = self._buffer = deque()
             # The staleness of a batch counts from its oldest lease: from
             # the call's first send, not its reply, since a call retried
             # across an outage may return a first run's leases (the same
             # call number) that are older than the wait for the reply.
             self._fetched_at = started
-        items = iter(reply[2:])
+        items = iter(reply[first:])
         for id_, token, host, payload in zip(items, items, items, items, strict=True):
             request = decode_request(payload)
             request._lease = new_lease(Lease, (id_, token, host, self.origin))
             buffer.append((request, host))
+
+    def _answered_short(self, buffer: deque[tuple[Request, bytes]]) -> bool:
+        """Whether the last call's short lease answers this pop: None, once (see _take)."""
+        self._short_pop = False
+        if buffer or self._waiting or time.monotonic() - self._short_at > SHORT_FOR:
+            return False
+        self._popping = False
+        return True
 
     def _stale(self) -> bool:
         return self._suspect or time.monotonic() - self._fetched_at > self._lease_timeout / 2
@@ -391,10 +415,11 @@ class FunctionCalls:
                 self._want = min(self._want * 2, self._prefetch)
             else:
                 self._want = max(1, self._want // 2)
-        want = self._want
-        if self._demand is not None:
+        want, demand = self._want, self._demand
+        self._said = demand is not None
+        if demand is not None:
             # The caller pops this many now and no more before its next call.
-            want, self._demand = max(1, self._demand), None
+            want, self._demand = max(1, demand), None
         waiting = self._waiting
         if waiting:
             # The acks waiting end their leases first, then the refill is
@@ -407,92 +432,3 @@ class FunctionCalls:
         buffer = self._buffer
         self._fetched_full = len(buffer) == want
         return buffer
-
-
-def lease_pairs(leases: Sequence[Any]) -> tuple[list[bytes], set[bytes]]:
-    """(id, token) pairs of this store's leases ``(id, token, host, origin)``, and their hosts."""
-    pairs: list[bytes] = []
-    hosts = set()
-    for lease in leases:
-        pairs.append(lease[0])
-        pairs.append(lease[1])
-        hosts.add(lease[2])
-    return pairs, hosts
-
-
-def update_quads(
-    leases: Sequence[Any], updates: Sequence[Entry | None]
-) -> tuple[list[bytes], set[bytes]]:
-    """(id, token, score, payload) quads of leases released with ``updates``, and their hosts.
-
-    An update's score is its new -priority; a lease without one gets an
-    empty score and payload (a plain release). See release_updated in leases.lua.
-    """
-    quads: list[bytes] = []
-    hosts = set()
-    for lease, update in zip(leases, updates, strict=True):
-        if update is None:
-            quads += (lease[0], lease[1], b"", b"")
-        else:
-            assert update[3] is not None  # the store needs payloads
-            quads += (lease[0], lease[1], b"%d" % -update[2].priority, update[3])
-        hosts.add(lease[2])
-    return quads, hosts
-
-
-def _ms(seconds: float) -> bytes:
-    """A delay in ms of server time (with a fraction: exact as a double), for due.lua."""
-    return repr(seconds * 1000).encode()
-
-
-def _replacing(update: Entry | None) -> tuple[bytes, bytes]:
-    """An update's (score, payload) for due.lua's tuples; empty for none."""
-    if update is None:
-        return b"", b""
-    assert update[3] is not None  # the store needs payloads
-    return b"%d" % -update[2].priority, update[3]
-
-
-def refetch_tuples(
-    leases: Sequence[Any], refetch: Sequence[Refetch | None]
-) -> tuple[list[bytes], set[bytes]]:
-    """(id, token, delay ms, score, payload) tuples of acks, and their hosts.
-
-    A refetch's delay, and its update's score and payload when it has one;
-    a plain ack (None) has an empty delay. See finish_tuples in due.lua.
-    """
-    tuples: list[bytes] = []
-    hosts = set()
-    for lease, again in zip(leases, refetch, strict=True):
-        if again is None:
-            tuples += (lease[0], lease[1], b"", b"", b"")
-        else:
-            tuples += (lease[0], lease[1], _ms(again[0]), *_replacing(again[1]))
-        hosts.add(lease[2])
-    return tuples, hosts
-
-
-def release_tuples(
-    leases: Sequence[Any], updates: Sequence[Entry | None] | None, delays: Sequence[float]
-) -> tuple[list[bytes], set[bytes]]:
-    """(id, token, delay ms, score, payload) tuples of releases, and their hosts.
-
-    A delay of 0 releases at once; an update replaces score and payload as
-    in `update_quads`. See finish_tuples in due.lua.
-    """
-    tuples: list[bytes] = []
-    hosts = set()
-    for index, lease in enumerate(leases):
-        update = None if updates is None else updates[index]
-        delay = delays[index]
-        tuples += (lease[0], lease[1], _ms(delay) if delay > 0 else b"", *_replacing(update))
-        hosts.add(lease[2])
-    return tuples, hosts
-
-
-def plain_tuples(pairs: Sequence[bytes]) -> list[bytes]:
-    """(id, token) pairs as the tuples of plain acks, to travel with refetches."""
-    tuples: list[bytes] = []
-    for i in range(0, len(pairs), 2):
-        tuples += (pairs[i], pairs[i + 1], b"", b"", b"")
-    return tuples

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ..._request import Request
 from ..base import Entry, Refetch
-from .calls import lease_pairs, plain_tuples, refetch_tuples, release_tuples, update_quads
+from .tuples import lease_pairs, plain_tuples, refetch_tuples, release_tuples, update_quads
 
 __all__ = ["FINISH_CHUNK", "Finishing", "finish_items"]
 

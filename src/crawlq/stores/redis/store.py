@@ -81,7 +81,7 @@ from ..._recent import RecentlySeen
 from ..._request import Request
 from ..base import Entry, Refetch, StoreCounts
 from . import finishing
-from .calls import FunctionCalls
+from .calls import SHORT_FOR, FunctionCalls
 from .client import acquire_client, redis_module, release_client
 from .config import RedisURL, Settings, parse_url
 from .conn import Link
@@ -212,6 +212,12 @@ class RedisStore(FunctionCalls, Finishing, LeanAdds, WorkerCounts, RedisControls
         # `expect_pops`): that call leases them, behind its own writes. None:
         # not said, so guess (a caller that keeps popping gets one).
         self._demand: int | None = None
+        self._said = False  # this call's refill is a demand said (see _take)
+        # The last call leased fewer than asked for pops said to follow: it
+        # answers the next pop and wait (see _take in calls.py).
+        self._short_at = 0.0
+        self._short_pop = False
+        self._short_ready: float | None = None
         # How many prefetched requests a top-up may leave held (see `_topup`).
         self._topup_room = 4
         self._buffer: deque[tuple[Request, bytes]] = deque()
@@ -348,6 +354,8 @@ class RedisStore(FunctionCalls, Finishing, LeanAdds, WorkerCounts, RedisControls
         if buffer and not self._stale():
             self._popping = True
             return buffer.popleft()[0]
+        if self._short_pop and self._answered_short(buffer):
+            return None
         buffer = self._fetch()
         if buffer and self._stale():
             # Its call waited out an outage past half the lease time: its
@@ -370,6 +378,8 @@ class RedisStore(FunctionCalls, Finishing, LeanAdds, WorkerCounts, RedisControls
             self.flush()
             buffer = self._buffer
         if not buffer or self._stale():
+            if self._short_pop and self._answered_short(buffer):
+                return None
             buffer = self._fetch()
             if buffer and self._stale():
                 buffer = self._fetch()  # leases that may have ended: afresh (see pop)
@@ -416,8 +426,16 @@ class RedisStore(FunctionCalls, Finishing, LeanAdds, WorkerCounts, RedisControls
     def next_ready_in(self) -> float | None:
         if self._buffer and not self._stale():
             return 0.0
+        ready, self._short_ready = self._short_ready, None
+        if ready is not None and not self._waiting:
+            # The last call said so, for pops said to follow it (see _take).
+            now = time.monotonic()
+            if now - self._short_at <= SHORT_FOR:
+                return None if ready == math.inf else max(0.0, ready - now)
         # A host at its concurrency limit must not wait on acks held here.
         self.flush()
+        if self._buffer and not self._stale():
+            return 0.0  # (the acks' call leased it)
         wait = self._read(b"wait")
         return None if wait < 0 else wait / 1_000_000
 

@@ -79,6 +79,7 @@ local function add_links(keys, args)
     -- Prefetched requests held: what conclude needs, should it give them back.
     LEASE_MS, DELAY_MS, REFILL, NBUF, WORST, TOPUP = struct.unpack('>ddI4I4dI4', args[at])
     DELAY_MS, FORCE, BUF0 = DELAY_MS / 1000, false, at -- (delay sent in microseconds)
+    SAY_WAIT = false
   end
   -- What meta holds that this call needs: the dedup's bucket state (exact
   -- dedup; its count is not read, see seen_count_added) and a shard's

@@ -81,6 +81,9 @@ local function read(keys, args)
   if args[1] == 'seen' then
     return seen(P, args)
   end
+  if args[1] == 'wait' then
+    return wait_us() -- (refill.lua)
+  end
   local m = redis.call('HMGET', P .. 'meta', 'queued', 'accepted', 'popped', 'released',
     'expired', 'seq', 'seq0', 'capped', 'refetched', 'revisits')
   for i = 1, 10 do
@@ -91,8 +94,8 @@ local function read(keys, args)
   end
   -- Requests in hosts' queues or in `due`.
   local held = m[1] + m[2] + m[9] - m[3] + m[4] + m[5]
-  local leased = redis.call('ZCOUNT', P .. 'leases', '-inf', '(inf') -- (not WIDE)
   if args[1] == 'counts' then
+    local leased = redis.call('ZCOUNT', P .. 'leases', '-inf', '(inf') -- (not WIDE)
     local scheduled, revisits, due_in = due_figures(P, m[10])
     local seen
     if args[2] == 'bloom' then
@@ -108,30 +111,6 @@ local function read(keys, args)
     return { held - scheduled, leased, seen, m[2], m[6] - m[7] - m[2] - m[8] - m[9], m[8],
       m[3], m[4], m[5], m[9], scheduled, revisits, due_in }
   end
-  local scheduled = redis.call('ZCARD', P .. 'due')
-  local queued = held - scheduled
-  if queued <= 0 and leased == 0 and scheduled == 0 then
-    return -1
-  end
-  if redis.call('ZCOUNT', P .. 'ready', '-inf', '(inf') > 0 then
-    return 0
-  end
-  local clock = redis.call('TIME')
-  local now = tonumber(clock[1]) * 1000 + tonumber(clock[2]) / 1000
-  local soonest = nil
-  for _, key in ipairs({ P .. 'delayed', P .. 'leases', P .. 'due' }) do
-    local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-    if first[2] then
-      local at = tonumber(first[2])
-      if at < math.huge and (soonest == nil or at < soonest) then -- (WIDE: +inf)
-        soonest = at
-      end
-    end
-  end
-  if soonest == nil then
-    return 0 -- queued yet filed nowhere: let a pop sort it out
-  end
-  return math.max(0, math.ceil((soonest - now) * 1000))
 end
 
 -- forget: drop fingerprints from the exact dedup (the buckets, or the `seen`

@@ -14,7 +14,8 @@
 --     many prefetched requests the caller wants to hold after the call
 --     (uint32, those it sends that stay count), the score of its last
 --     prefetched request (double), flags (byte: 1 give the prefetched
---     requests back whatever happens, 2 that score is there: some are held),
+--     requests back whatever happens, 2 that score is there: some are held,
+--     4 say when a pop may lease something if fewer are leased than asked),
 --     how many a top-up may leave held (uint32, 0: no top-up; the caller
 --     merges, see conclude), n prefetched requests (uint32)
 --   then n (id, token) pairs
@@ -25,7 +26,9 @@
 -- 1 when the prefetched requests were given back (the leased ones that follow
 -- replace them), 0 when they stay (the leased ones that follow, if any, come
 -- after them), 2 when they stay and the caller merges the leased ones that
--- follow in by priority, then id (a top-up, see conclude).
+-- follow in by priority, then id (a top-up, see conclude). With flag 4, a
+-- call that leased fewer than it was asked to (nothing else was ready) adds
+-- 4 to returned and puts wait_us() right after it, before the leased ones.
 
 -- A retried call whose first run completed: that run's outcome, else nil.
 local function replayed()
@@ -71,7 +74,8 @@ local function begin(keys, args)
     struct.unpack('>ddI4I4dBI4I4', args[3])
   DELAY_MS = DELAY_MS / 1000 -- sent in microseconds
   FORCE = flags % 2 == 1
-  WORST = flags >= 2 and worst or nil
+  WORST = flags % 4 >= 2 and worst or nil
+  SAY_WAIT = flags >= 4
   BUF0 = 3
   ARG0 = 3 + 2 * NBUF
   hosts, n_accepted, n_popped, n_released, n_expired, n_refetched, n_revisits =
@@ -122,7 +126,7 @@ end
 
 -- Lease up to n requests in order into `out` (id, token, host, payload, ...);
 -- their ids are appended to `taken`, for the replay record, and their lease
--- records to `records`, for the caller to write.
+-- records to `records`, for the caller to write. Returns how many it leased.
 --
 -- Hosts are taken from `ready` a round at a time (one ZPOPMIN for many), and
 -- re-filed with their next head in one ZADD at the end of the round. That is
@@ -131,7 +135,7 @@ end
 -- at its place instead. What the round does not use goes back.
 local function take(n, out, taken, records)
   if n <= 0 then
-    return
+    return 0
   end
   reap()
   wake()
@@ -251,6 +255,7 @@ local function take(n, out, taken, records)
       chunked('HSET', K_P, kept, 2)
     end
   end
+  return got
 end
 
 -- Give back the leases of the caller's call whose reply it never got. The
@@ -334,8 +339,45 @@ end
 -- host's (held_stay_first). Priority order and first-in-first-out (or
 -- last-in-first-out) within a host stay exact; what it saves is giving
 -- back and leasing again (on a 16-shard cluster, a request a page).
+-- Microseconds until a pop may lease something: 0 now, -1 when nothing is
+-- queued, leased or scheduled (only an add can make a request ready). A
+-- host waiting out its delay counts from its ready time, one at its
+-- concurrency limit from its first lease's deadline (an ack may come
+-- sooner), a scheduled request from its due time. For read('wait') and a
+-- call that leased fewer than asked (conclude).
+local function wait_us()
+  if redis.call('ZCOUNT', K_READY, '-inf', '(inf') > 0 then
+    return 0
+  end
+  local soonest = nil
+  for _, key in ipairs({ K_DELAYED, K_LEASES, K_DUE }) do
+    local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+    if first[2] then
+      local at = tonumber(first[2])
+      if at < math.huge and (soonest == nil or at < soonest) then -- (WIDE: +inf)
+        soonest = at
+      end
+    end
+  end
+  if soonest ~= nil then
+    return math.max(0, math.ceil((soonest - now()) * 1000))
+  end
+  -- Filed nowhere: nothing held, or requests queued all the same (a pop
+  -- sorts them out). Held: queued at open, accepted and refetched since,
+  -- less popped, plus what came back.
+  local m = redis.call('HMGET', K_META, 'queued', 'accepted', 'refetched', 'popped', 'released',
+    'expired')
+  local held = 0
+  for i = 1, 6 do
+    local n = tonumber(m[i] or '0')
+    held = held + (i == 4 and -n or n)
+  end
+  return held > 0 and 0 or -1
+end
+
 local function conclude(flags, best)
   local out, taken, records = { flags, 0 }, {}, {}
+  local asked, got = 0, 0
   give_back_lost()
   local back = NBUF > 0 and (FORCE or (best ~= nil and WORST ~= nil and best <= WORST))
   local ahead = nil
@@ -352,7 +394,8 @@ local function conclude(flags, best)
   end
   if ahead then
     out[2] = 2
-    take(ahead + math.max(REFILL - NBUF, 0), out, taken, records)
+    asked = ahead + math.max(REFILL - NBUF, 0)
+    got = take(asked, out, taken, records)
   elseif back then
     out[2] = 1
     local ids, held = held_leases()
@@ -362,9 +405,11 @@ local function conclude(flags, best)
       end
     end
     drop_ended()
-    take(REFILL, out, taken, records)
+    asked = REFILL
+    got = take(asked, out, taken, records)
   else
-    take(REFILL - NBUF, out, taken, records) -- (nothing when NBUF >= REFILL)
+    asked = REFILL - NBUF -- (nothing to take when NBUF >= REFILL)
+    got = take(asked, out, taken, records)
   end
   save()
   -- Only outcomes that running twice would change need remembering: add's
@@ -375,6 +420,11 @@ local function conclude(flags, best)
   end
   if #records > 0 then
     redis.call('HSET', K_LEASE, unpack(records))
+  end
+  if SAY_WAIT and got < asked then
+    -- Nothing else was ready: the caller's next pop need not ask again.
+    out[2] = out[2] + 4
+    table.insert(out, 3, wait_us())
   end
   return out
 end

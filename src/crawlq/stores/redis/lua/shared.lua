@@ -135,6 +135,9 @@ local OWNER, RETRY, CALL, LEASE_MS, DELAY_MS, CONCURRENCY, REFILL, WORST, FORCE,
 -- How many prefetched requests the caller may hold after a top-up (see
 -- conclude in refill.lua); 0: it takes none.
 local TOPUP
+-- Whether a call that leases fewer than it was asked to (nothing else was
+-- ready) says in its reply when a pop may lease something (see conclude).
+local SAY_WAIT
 -- The prefetched requests' (id, token) pairs are ARGS[BUF0 + 1] on.
 local BUF0
 -- Server time in ms with its microseconds as a fraction, read once per call
