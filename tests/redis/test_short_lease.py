@@ -46,6 +46,32 @@ def test_pops_said_to_follow_a_short_lease_are_answered_by_it(url: str) -> None:
     frontier.close()
 
 
+def test_a_pop_whose_own_call_found_nothing_leaves_no_answer_for_the_next(url: str) -> None:
+    """Its call answered it: the next pop asks (a timer's pop once got a stale None here)."""
+    frontier = crawlq.open_frontier(url)
+    other = crawlq.open_frontier(url)
+    frontier._expect_pops(2)
+    assert frontier.pop() is None  # its own call leased none of the two
+    other.add(Request("https://b.example/"))
+    later = frontier.pop()
+    assert later is not None and later.url == "https://b.example/"
+    other.close()
+    frontier.close()
+
+
+def test_a_request_ready_within_moments_is_asked_for(url: str) -> None:
+    frontier = crawlq.open_frontier(url, host_delay=redis_calls.SHORT_SOON / 2)
+    store = _store(frontier)
+    frontier.add_many([Request(f"https://a.example/{i}") for i in range(2)])
+    frontier._expect_pops(2)
+    first = frontier.pop()  # a.example/1 is ready a moment after it
+    assert first is not None
+    before = store._calls
+    frontier.pop()  # whatever it finds, it asked
+    assert store._calls == before + 1
+    frontier.close()
+
+
 def test_a_short_write_with_nothing_left_says_only_an_add_helps(url: str) -> None:
     frontier = crawlq.open_frontier(url, ack_delay=0)
     store = _store(frontier)

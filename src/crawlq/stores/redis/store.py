@@ -217,6 +217,7 @@ class RedisStore(FunctionCalls, Finishing, LeanAdds, WorkerCounts, RedisControls
         # answers the next pop and wait (see _take in calls.py).
         self._short_at = 0.0
         self._short_pop = False
+        self._short_wait = False
         self._short_ready: float | None = None
         # How many prefetched requests a top-up may leave held (see `_topup`).
         self._topup_room = 4
@@ -426,8 +427,9 @@ class RedisStore(FunctionCalls, Finishing, LeanAdds, WorkerCounts, RedisControls
     def next_ready_in(self) -> float | None:
         if self._buffer and not self._stale():
             return 0.0
-        ready, self._short_ready = self._short_ready, None
-        if ready is not None and not self._waiting:
+        ready = self._short_ready
+        if self._short_wait and ready is not None and not self._waiting:
+            self._short_wait = False
             # The last call said so, for pops said to follow it (see _take).
             now = time.monotonic()
             if now - self._short_at <= SHORT_FOR:
