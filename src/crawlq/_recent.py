@@ -63,6 +63,7 @@ class RecentlySeen:
             self._turn()
         new, old = self._new, self._old
         known: list[int] | None = None
+        sent: list[Entry] = []
         for place, entry in enumerate(entries):
             fingerprint = entry[0]
             if (fingerprint in new or fingerprint in old) and not entry[2].dont_filter:
@@ -70,12 +71,13 @@ class RecentlySeen:
                     known = [place]
                 else:
                     known.append(place)
+            else:
+                sent.append(entry)
         if known is None:
             return entries, None
         with self._lock:
             self._hits += len(known)
-        skip = set(known)
-        return [entry for place, entry in enumerate(entries) if place not in skip], known
+        return sent, known
 
     def learn(self, entries: Sequence[Entry], added: Sequence[bool]) -> None:
         """Record what the store answered for ``entries`` (True: added)."""
@@ -91,12 +93,9 @@ class RecentlySeen:
     @staticmethod
     def merge(added: Sequence[bool], known: list[int], size: int) -> list[bool]:
         """The outcome of a whole batch of ``size``: ``added`` for the sent, False at ``known``."""
-        result = [False] * size
-        skip = set(known)
-        answers = iter(added)
-        for place in range(size):
-            if place not in skip:
-                result[place] = next(answers)
+        result = list(added)
+        for place in known:  # (ascending: each lands where the batch had it)
+            result.insert(place, False)
         return result
 
     def discard(self, fingerprints: Iterable[bytes]) -> None:
