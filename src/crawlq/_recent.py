@@ -13,7 +13,8 @@ frontier drops the fingerprints here too; one made by another process reaches
 this one when the fingerprint leaves this set: at most `TTL` seconds after it
 entered. Two generations of at most `SIZE` / 2 fingerprints each, the older
 dropped every `TTL` / 2 seconds or when the newer fills: no time is kept per
-fingerprint, and a lookup is one or two dict probes.
+fingerprint, and a lookup is one or two dict probes (`Generations`, which the
+Scrapy scheduler's own set uses too).
 """
 
 from __future__ import annotations
@@ -25,10 +26,69 @@ from typing import Final
 
 from .stores.base import Entry
 
-__all__ = ["RecentlySeen"]
+__all__ = ["Generations", "RecentlySeen"]
 
 
-class RecentlySeen:
+class Generations:
+    """Fingerprints kept for at most ``ttl`` seconds after they entered, ``size`` at most.
+
+    Two generations of at most ``size`` / 2 each: the newer takes what is
+    added; every ``ttl`` / 2 seconds, or when it fills, it becomes the older
+    and the older is dropped. No time is kept per fingerprint, and a lookup
+    is one or two dict probes. Turns happen at lookups and adds: one that
+    comes late turns on the schedule it missed, and after a whole period
+    without one, both generations are dropped, so nothing outlives ``ttl``.
+    """
+
+    __slots__ = ("_half", "_new", "_old", "_turn_at", "_turn_every")
+
+    def __init__(self, size: int, ttl: float) -> None:
+        self._new: dict[bytes, None] = {}
+        self._old: dict[bytes, None] = {}
+        self._half = max(1, size // 2)
+        self._turn_every = ttl / 2
+        self._turn_at = time.monotonic() + self._turn_every
+
+    def __len__(self) -> int:
+        return len(self._new) + len(self._old)
+
+    def __contains__(self, fingerprint: bytes) -> bool:
+        if time.monotonic() >= self._turn_at:
+            self._turn()
+        return fingerprint in self._new or fingerprint in self._old
+
+    def _turn(self) -> None:
+        now, due = time.monotonic(), self._turn_at
+        if now >= due + self._turn_every:  # the newer's first are a whole ttl old, or more
+            self._old, self._new = {}, {}
+            self._turn_at = now + self._turn_every
+            return
+        self._old, self._new = self._new, {}
+        # (A late turn keeps the schedule: what the older holds goes ttl
+        # after its generation began, at the latest.)
+        self._turn_at = min(now, due) + self._turn_every
+
+    def generations(self) -> tuple[dict[bytes, None], dict[bytes, None]]:
+        """The newer and the older generation, turned first if due (for loops of lookups)."""
+        if time.monotonic() >= self._turn_at:
+            self._turn()
+        return self._new, self._old
+
+    def add(self, fingerprint: bytes) -> None:
+        new = self._new
+        new[fingerprint] = None
+        if len(new) >= self._half:
+            self._turn()
+
+    def discard(self, fingerprints: Iterable[bytes]) -> None:
+        """Drop these fingerprints."""
+        new, old = self._new, self._old
+        for fingerprint in fingerprints:
+            new.pop(fingerprint, None)
+            old.pop(fingerprint, None)
+
+
+class RecentlySeen(Generations):
     """Fingerprints a shared store holds, as it answered them in the last `TTL` seconds."""
 
     #: Most fingerprints kept (two generations of half as many): ~10 MB.
@@ -36,32 +96,19 @@ class RecentlySeen:
     #: Seconds a fingerprint is trusted after the store answered for it.
     TTL: Final = 30.0
 
-    __slots__ = ("_half", "_hits", "_lock", "_new", "_old", "_turn_at", "_turn_every", "exact")
+    __slots__ = ("_hits", "_lock", "exact")
 
     def __init__(self, *, capped: bool, size: int = SIZE, ttl: float = TTL) -> None:
         """``capped``: the crawl has ``max_requests_per_host``, so a refusal may not mean seen."""
-        self._new: dict[bytes, None] = {}
-        self._old: dict[bytes, None] = {}
-        self._half = max(1, size // 2)
-        self._turn_every = ttl / 2
-        self._turn_at = time.monotonic() + self._turn_every
+        super().__init__(size, ttl)
         self._hits = 0
         self._lock = threading.Lock()
         #: False when a refused add may be capped, not seen: only accepted ones are learnt.
         self.exact = not capped
 
-    def __len__(self) -> int:
-        return len(self._new) + len(self._old)
-
-    def _turn(self) -> None:
-        self._old, self._new = self._new, {}
-        self._turn_at = time.monotonic() + self._turn_every
-
     def split(self, entries: Sequence[Entry]) -> tuple[Sequence[Entry], list[int] | None]:
         """The entries the store must see, and the places of those refused here (None: none)."""
-        if time.monotonic() >= self._turn_at:
-            self._turn()
-        new, old = self._new, self._old
+        new, old = self.generations()
         known: list[int] | None = None
         sent: list[Entry] = []
         for place, entry in enumerate(entries):
@@ -97,13 +144,6 @@ class RecentlySeen:
         for place in known:  # (ascending: each lands where the batch had it)
             result.insert(place, False)
         return result
-
-    def discard(self, fingerprints: Iterable[bytes]) -> None:
-        """Forget these fingerprints here (the store is forgetting them)."""
-        new, old = self._new, self._old
-        for fingerprint in fingerprints:
-            new.pop(fingerprint, None)
-            old.pop(fingerprint, None)
 
     def take_hits(self) -> int:
         """Requests refused here since the last call: the store counts them as duplicates."""

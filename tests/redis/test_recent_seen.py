@@ -15,7 +15,7 @@ import redis
 
 import crawlq
 from crawlq import Request
-from crawlq._recent import RecentlySeen
+from crawlq._recent import Generations, RecentlySeen
 from tests.redis_cluster import RedisCluster
 
 LINKS = [f"https://h{i}.example/page" for i in range(8)]
@@ -134,6 +134,23 @@ def test_a_forget_by_another_process_reaches_a_worker_when_its_fingerprint_expir
     time.sleep(0.25)
     assert recent.split([entry]) == ([entry], None)  # gone after at most ttl
     assert recent.take_hits() == 2
+
+
+def test_after_a_while_without_lookups_nothing_older_than_ttl_is_trusted() -> None:
+    """Turns happen at lookups: the first after an idle ttl must not move old ones along."""
+    seen = Generations(100, ttl=0.4)
+    seen.add(b"f" * 16)
+    time.sleep(0.5)
+    assert b"f" * 16 not in seen
+
+
+def test_a_late_turn_keeps_the_schedule() -> None:
+    seen = Generations(100, ttl=2.0)
+    seen.add(b"f" * 16)
+    time.sleep(1.4)  # the turn due at 1.0 comes now: it moves to the older generation
+    assert b"f" * 16 in seen
+    time.sleep(0.8)  # 2.2 s after it entered: the next turn was due at 2.0, not 2.4
+    assert b"f" * 16 not in seen
 
 
 def test_the_set_keeps_at_most_its_size() -> None:

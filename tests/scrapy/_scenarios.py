@@ -135,6 +135,30 @@ def stat(crawler: Crawler, name: str) -> Any:
     return crawler.stats.get_value(name)
 
 
+@scenario
+def seen_ttl_lets_a_url_in_again(tmp: Path) -> None:
+    """With ``seen_ttl`` a URL is new again once its fingerprint expired (incremental crawls).
+
+    The scheduler's own set of recent fingerprints refused it for as long as
+    it held it.
+    """
+    for url in ("memory://", f"sqlite:///{tmp / 'job'}"):
+        scheduler, crawler = open_scheduler(
+            {"CRAWLQ_URL": url, "CRAWLQ_OPTIONS": {"seen_ttl": 0.3}}
+        )
+        assert scheduler.enqueue_request(scrapy.Request("http://a.example/1"))
+        request = scheduler.next_request()
+        assert request is not None
+        finish(crawler, request)
+        assert scheduler.enqueue_request(scrapy.Request("http://a.example/1")) is False
+        time.sleep(0.4)
+        assert scheduler.enqueue_request(scrapy.Request("http://a.example/1")) is True, url
+        request = scheduler.next_request()
+        assert request is not None and request.url == "http://a.example/1", url
+        finish(crawler, request)
+        scheduler.close("finished")
+
+
 # -- the BaseScheduler contract ------------------------------------------------------
 
 

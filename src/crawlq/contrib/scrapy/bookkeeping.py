@@ -4,35 +4,38 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from ..._recent import Generations
+
 __all__ = ["Counts", "RecentlySeen"]
 
 
-class RecentlySeen:
-    """The last `SIZE` fingerprints known to be recorded as seen by the store.
+class RecentlySeen(Generations):
+    """Fingerprints known to be recorded as seen by the store, for `TTL` seconds at most.
 
     Most requests a crawl enqueues are links to pages it has already met:
     a hit here refuses such a duplicate without building, encoding or
     looking anything up in the store (a disk read for a SQLite job, a round
-    trip on Redis). It is exact: a fingerprint enters once the store has
-    recorded it or holds it for its next write (which records it, as new or
-    as a duplicate), and a store never forgets one. About 7 MB at its size.
+    trip on Redis). A fingerprint enters once the store has recorded it or
+    holds it for its next write (which records it, as new or as a
+    duplicate), and is trusted for at most `TTL` seconds: a ``forget`` made
+    elsewhere (another process, or ``frontier.forget``) reaches this
+    scheduler by then (about 7 MB at most, see `Generations`). Not
+    ``enabled`` (a crawl whose dedup expires, ``seen_ttl``: a fingerprint
+    seen a moment ago may be new again now), it holds nothing.
     """
 
     SIZE: Final = 65_536
+    TTL: Final = 30.0
 
-    __slots__ = ("_keys",)
+    __slots__ = ("_enabled",)
 
-    def __init__(self) -> None:
-        self._keys: dict[bytes, None] = {}
-
-    def __contains__(self, fingerprint: bytes) -> bool:
-        return fingerprint in self._keys
+    def __init__(self, *, enabled: bool = True, size: int = SIZE, ttl: float = TTL) -> None:
+        super().__init__(size, ttl)
+        self._enabled = enabled
 
     def add(self, fingerprint: bytes) -> None:
-        keys = self._keys
-        if len(keys) >= self.SIZE:
-            del keys[next(iter(keys))]  # the oldest: dicts keep insertion order
-        keys[fingerprint] = None
+        if self._enabled:
+            super().add(fingerprint)
 
 
 class Counts:

@@ -31,7 +31,7 @@ from ..._errors import ConfigError
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
-__all__ = ["EngineHook", "hookable", "running_engine"]
+__all__ = ["EngineHook", "hookable", "running_engine", "slot_key"]
 
 logger = logging.getLogger("crawlq.contrib.scrapy")
 
@@ -45,6 +45,16 @@ def _call_later(delay: float, func: Callable[[], None]) -> Any:
 
         return cast(Any, reactor).callLater(delay, func)
     return call_later(delay, func)
+
+
+def slot_key(request: Any) -> str:
+    """The download slot of ``request`` outside a crawl (Scrapy's ``Downloader.get_slot_key``)."""
+    from scrapy.utils.httpobj import urlparse_cached
+
+    slot = request.meta.get("download_slot")
+    if slot is not None:
+        return str(slot)
+    return urlparse_cached(request).hostname or ""
 
 
 def running_engine(crawler: Crawler) -> Any:

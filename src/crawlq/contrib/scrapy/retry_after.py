@@ -18,6 +18,7 @@ import time
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from ..._errors import CrawlqError
+from .engine import slot_key
 from .settings import seconds_setting
 
 if TYPE_CHECKING:
@@ -123,9 +124,7 @@ class RetryAfterMiddleware:
         downloader = getattr(engine, "downloader", None)
         if downloader is not None:
             return str(downloader.get_slot_key(request))
-        from .scheduler import _slot_key
-
-        return _slot_key(request)
+        return slot_key(request)
 
     def process_response(
         self, request: scrapy.Request, response: Response, spider: Any = None

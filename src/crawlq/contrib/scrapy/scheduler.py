@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any, Final, Self
 from scrapy.core.scheduler import BaseScheduler
 from scrapy.dupefilters import RFPDupeFilter
 from scrapy.settings import Settings
-from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.job import job_dir
 from scrapy.utils.misc import build_from_crawler, load_object
 
@@ -36,7 +35,7 @@ from .bookkeeping import Counts, RecentlySeen
 from .codec import RequestCodec
 from .due import DELAY, NOT_BEFORE, REFETCH_AFTER, due_of, settle_delay
 from .dupefilter import DupeFilter
-from .engine import EngineHook, hookable, running_engine
+from .engine import EngineHook, hookable, running_engine, slot_key
 from .frontiers import Frontiers
 from .idle import IdleClose
 from .opening import open_store, warn_about_settings
@@ -225,7 +224,7 @@ class Scheduler(OffPathReports, BaseScheduler):
             self._fingerprint = self.df.fingerprinter.fingerprint
         engine = running_engine(crawler)
         downloader = getattr(engine, "downloader", None)
-        self._slot_key = downloader.get_slot_key if downloader is not None else _slot_key
+        self._slot_key = downloader.get_slot_key if downloader is not None else slot_key
         self._in_engine = engine is not None
         config = self.config
         warn_about_settings(crawler.settings, config)
@@ -243,6 +242,8 @@ class Scheduler(OffPathReports, BaseScheduler):
         except BaseException:
             store.close()
             raise
+        # A crawl whose dedup expires (seen_ttl) may take a fingerprint again.
+        self._recent = RecentlySeen(enabled=store.policy.seen_ttl is None)
         self._frontiers = Frontiers(
             store,
             config,
@@ -489,11 +490,3 @@ class Scheduler(OffPathReports, BaseScheduler):
             frontiers.finished(request)
         except StoreError as exc:
             self._store_failed(exc)
-
-
-def _slot_key(request: scrapy.Request) -> str:
-    """The download slot of ``request`` outside a crawl (Scrapy's ``Downloader.get_slot_key``)."""
-    slot = request.meta.get("download_slot")
-    if slot is not None:
-        return str(slot)
-    return urlparse_cached(request).hostname or ""
