@@ -13,6 +13,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import pytest
+
 import crawlq
 from crawlq import Request
 from crawlq.stores.redis import calls as redis_calls
@@ -75,11 +77,7 @@ def test_a_request_ready_within_moments_is_asked_for(url: str) -> None:
 def test_a_short_write_with_nothing_left_says_only_an_add_helps(url: str) -> None:
     frontier = crawlq.open_frontier(url, ack_delay=0)
     store = _store(frontier)
-    frontier.add(Request("https://a.example/"))
-    request = frontier.pop()
-    assert request is not None
-    frontier._expect_pops(4)
-    frontier.ack(request)  # its call would lease four: there is none
+    _ack_leasing_none(frontier, 4)  # its call would lease four: there is none
     before, reads = store._calls, _count_reads(store)
     assert frontier.pop() is None
     assert frontier.next_ready_in() is None  # nothing queued, leased or scheduled
@@ -87,36 +85,20 @@ def test_a_short_write_with_nothing_left_says_only_an_add_helps(url: str) -> Non
     frontier.close()
 
 
-def test_another_workers_add_is_seen_by_the_pop_after_the_answered_one(url: str) -> None:
+@pytest.mark.parametrize("after", ["the answered pop", "the answer's moment"])
+def test_another_workers_add_is_seen_once_the_answer_is_spent(url: str, after: str) -> None:
     frontier = crawlq.open_frontier(url, ack_delay=0)
     other = crawlq.open_frontier(url)
-    frontier.add(Request("https://a.example/"))
-    request = frontier.pop()
-    assert request is not None
-    frontier._expect_pops(2)
-    frontier.ack(request)
+    _ack_leasing_none(frontier, 2)
     other.add(Request("https://b.example/"))
-    assert frontier.pop() is None  # answered by the ack's call, before the add
+    if after == "the answered pop":
+        assert frontier.pop() is None  # answered by the ack's call, before the add
+    else:
+        time.sleep(redis_calls.SHORT_FOR * 1.5)
+        assert frontier.next_ready_in() == 0.0  # asked again: b.example is ready
     later = frontier.pop()
     assert later is not None and later.url == "https://b.example/"
     frontier.ack(later)
-    other.close()
-    frontier.close()
-
-
-def test_the_answer_lasts_a_moment_only(url: str) -> None:
-    frontier = crawlq.open_frontier(url, ack_delay=0)
-    other = crawlq.open_frontier(url)
-    frontier.add(Request("https://a.example/"))
-    request = frontier.pop()
-    assert request is not None
-    frontier._expect_pops(2)
-    frontier.ack(request)  # its call leases none
-    other.add(Request("https://b.example/"))
-    time.sleep(redis_calls.SHORT_FOR * 1.5)
-    assert frontier.next_ready_in() == 0.0  # asked again: b.example is ready
-    later = frontier.pop()
-    assert later is not None and later.url == "https://b.example/"
     other.close()
     frontier.close()
 
@@ -125,10 +107,7 @@ def test_pops_not_said_to_follow_always_ask(url: str) -> None:
     frontier = crawlq.open_frontier(url)
     store = _store(frontier)
     other = crawlq.open_frontier(url)
-    frontier.add(Request("https://a.example/"))
-    request = frontier.pop()
-    assert request is not None
-    frontier.ack(request)  # a caller that keeps popping: leases one ahead, finds none
+    _ack_leasing_none(frontier, None)  # a caller that keeps popping: leases one ahead
     other.add(Request("https://b.example/"))
     before = store._calls
     later = frontier.pop()
@@ -166,6 +145,16 @@ def test_waiting_acks_are_sent_before_an_answer_is_trusted(url: str) -> None:
     second = frontier.pop()
     assert second is not None and second.url == "https://a.example/1"
     frontier.close()
+
+
+def _ack_leasing_none(frontier: crawlq.Frontier, pops: int | None) -> None:
+    """Queue a request, pop it and ack it, ``pops`` said to follow: the ack's call leases none."""
+    frontier.add(Request("https://a.example/"))
+    request = frontier.pop()
+    assert request is not None
+    if pops is not None:
+        frontier._expect_pops(pops)
+    frontier.ack(request)
 
 
 def _count_reads(store: redis_store.RedisStore) -> Callable[[], int]:
