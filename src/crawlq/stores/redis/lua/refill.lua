@@ -323,22 +323,6 @@ local function held_stay_first()
   return true
 end
 
--- The common end of a changing script: give the caller's prefetched requests
--- back if this call may have changed what comes before them (a request at
--- least as good as the last prefetched one became ready: `best` is the best
--- such score), lease the refill, save, and remember the outcome for a retry.
--- Prefetched requests that stay are followed by what is leased now: nothing
--- that became ready in this caller's calls comes before them (it would have
--- given them back), so the order stays exact for one worker.
---
--- A top-up instead, for a caller that merges by priority then id (TOPUP >
--- 0: one whose ack_delay already makes the order between hosts of one
--- priority approximate): what has a higher priority than its last
--- prefetched request is leased on top of what it holds, as long as it then
--- holds at most TOPUP and each held request still comes first among its
--- host's (held_stay_first). Priority order and first-in-first-out (or
--- last-in-first-out) within a host stay exact; what it saves is giving
--- back and leasing again (on a 16-shard cluster, a request a page).
 -- Microseconds until a pop may lease something: 0 now, -1 when nothing is
 -- queued, leased or scheduled (only an add can make a request ready). A
 -- host waiting out its delay counts from its ready time, one at its
@@ -375,6 +359,26 @@ local function wait_us()
   return held > 0 and 0 or -1
 end
 
+-- The common end of a changing script: give the caller's prefetched requests
+-- back if this call may have changed what comes before them (a request at
+-- least as good as the last prefetched one became ready: `best` is the best
+-- such score), lease the refill, save, and remember the outcome for a retry.
+-- Prefetched requests that stay are followed by what is leased now: nothing
+-- that became ready in this caller's calls comes before them (it would have
+-- given them back), so the order stays exact for one worker.
+--
+-- A top-up instead, for a caller that merges by priority then id (TOPUP >
+-- 0: one whose ack_delay already makes the order between hosts of one
+-- priority approximate): what has a higher priority than its last
+-- prefetched request is leased on top of what it holds, as long as it then
+-- holds at most TOPUP and each held request still comes first among its
+-- host's (held_stay_first). Priority order and first-in-first-out (or
+-- last-in-first-out) within a host stay exact; what it saves is giving
+-- back and leasing again (on a 16-shard cluster, a request a page).
+--
+-- A caller that said its pops follow (SAY_WAIT) and got fewer than it
+-- asked for hears when a pop may lease again (wait_us): its next pop and
+-- its next look at the wait need no call of their own.
 local function conclude(flags, best)
   local out, taken, records = { flags, 0 }, {}, {}
   local asked, got = 0, 0
