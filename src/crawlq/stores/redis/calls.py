@@ -415,6 +415,17 @@ class FunctionCalls:
         self._popping = False
         return True
 
+    def _answered_wait(self) -> tuple[bool, float | None]:
+        """The last call's short lease as this wait's answer: (True, seconds or None), once."""
+        ready = self._short_ready
+        if not self._short_wait or ready is None or self._waiting:
+            return False, None
+        self._short_wait = False
+        now = time.monotonic()
+        if now - self._short_at > SHORT_FOR:
+            return False, None
+        return True, None if ready == math.inf else max(0.0, ready - now)
+
     def _stale(self) -> bool:
         return self._suspect or time.monotonic() - self._fetched_at > self._lease_timeout / 2
 

@@ -81,7 +81,7 @@ from ..._recent import RecentlySeen
 from ..._request import Request
 from ..base import Entry, Refetch, StoreCounts
 from . import finishing
-from .calls import SHORT_FOR, FunctionCalls
+from .calls import FunctionCalls
 from .client import acquire_client, redis_module, release_client
 from .config import RedisURL, Settings, parse_url
 from .conn import Link
@@ -427,13 +427,9 @@ class RedisStore(FunctionCalls, Finishing, LeanAdds, WorkerCounts, RedisControls
     def next_ready_in(self) -> float | None:
         if self._buffer and not self._stale():
             return 0.0
-        ready = self._short_ready
-        if self._short_wait and ready is not None and not self._waiting:
-            self._short_wait = False
-            # The last call said so, for pops said to follow it (see _take).
-            now = time.monotonic()
-            if now - self._short_at <= SHORT_FOR:
-                return None if ready == math.inf else max(0.0, ready - now)
+        answered, wait = self._answered_wait()  # for pops said to follow (see _take)
+        if answered:
+            return wait
         # A host at its concurrency limit must not wait on acks held here.
         self.flush()
         if self._buffer and not self._stale():
