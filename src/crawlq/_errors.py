@@ -161,8 +161,11 @@ class StoreFull(StoreError):
     """The store has no space left (a full disk, or Redis out of memory).
 
     The operation that raised did not take effect; everything accepted
-    before it is still stored. A full Redis refuses adds only: pops, acks
-    and releases go on (and acks free memory). On a full disk a SQLite job
+    before it is still stored. A Redis out of memory refuses adds only:
+    pops, acks and releases go on (and acks free memory). A Redis that
+    cannot write its append-only file or snapshot (a full disk) refuses
+    every change, pops and acks too, until a write succeeds again (crawlq
+    retries for ``retry_timeout`` first). On a full disk a SQLite job
     names the file system and its free space; pops and releases go on, and
     acks left to wait (``ack_delay``) wait until a write finds room; a job
     is opened again once there is room. Free space and retry.

@@ -4,11 +4,13 @@ The example's own `crawl()` and `worker()` run with 32 workers against a
 local site of 16 hosts on a real redis-server (127.0.0.1), which
 stops answering for twice the frontier's ``retry_timeout``: SIGSTOP (calls
 time out and are retried until `StoreUnavailable`), or ``kill -9`` and a
-restart on its append-only file (connections refused). The crawl must end
-by itself with every page fetched exactly once and nothing left queued or
-leased, no `WorkerFailed`, `StoreUnavailable` really raised to the workers
-(so the test cannot pass without an outage), and the event loop neither
-stalled nor spinning meanwhile.
+restart on its append-only file (connections refused); or whose disk is
+full for as long (every write refused with MISCONF, retried until
+`StoreFull`; root only, on a small tmpfs). The crawl must end by itself
+with every page fetched exactly once and nothing left queued or leased, no
+`WorkerFailed`, the store's error really raised to the workers (so the
+test cannot pass without an outage), and the event loop neither stalled
+nor spinning meanwhile.
 
 A first test checks the rule the example's pattern rests on, at the
 scheduler: after ``add_many(links, ack=request)`` raised `StoreUnavailable`,
@@ -19,6 +21,7 @@ the same call again stores the links once and ends the lease once, without
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import gc
 import logging
@@ -28,6 +31,7 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,6 +40,7 @@ from aiohttp import web
 import crawlq
 from crawlq import Request, Scheduler
 from tests.redis_server import RedisServer, StartServer
+from tests.small_disk import Disk, mounted_disk
 from tests.test_example_crawl import load_example
 
 HOSTS = 16
@@ -44,6 +49,7 @@ WORKERS = 32
 LATENCY = 0.05  # seconds the site takes per page
 RETRY = 1.0  # the frontier's retry_timeout
 OUTAGE = 2 * RETRY
+EVERYSEC = ("--appendfsync", "everysec")
 SOCKET = "socket_timeout=0.25"  # a paused server's calls time out (and are retried) quickly
 TICK = 0.01
 STALL = 0.1  # the loop may be late by this much, at most, during and after the outage
@@ -126,6 +132,17 @@ def kill_and_restart(server: RedisServer) -> Callable[[], Awaitable[None]]:
     return outage
 
 
+def full_disk(disk: Disk) -> Callable[[], Awaitable[None]]:
+    async def outage() -> None:
+        await asyncio.to_thread(disk.fill)
+        try:
+            await asyncio.sleep(OUTAGE)
+        finally:
+            disk.free()
+
+    return outage
+
+
 @dataclass
 class Run:
     stats: crawlq.FrontierStats
@@ -175,29 +192,52 @@ async def crawl_through(site: Site, url: str, outage: Callable[[], Awaitable[Non
     return Run(stats, gaps, cpu, elapsed)
 
 
-def store_errors_raised(caplog: pytest.LogCaptureFixture) -> Counter[str]:
-    """How often the example's workers caught StoreUnavailable, by what they were doing."""
+def store_errors_raised(
+    caplog: pytest.LogCaptureFixture, kind: type[crawlq.StoreError]
+) -> Counter[str]:
+    """How often the example's workers caught ``kind``, by what they were doing."""
     doing: Counter[str] = Counter()
     for record in caplog.records:
         if record.name == "crawl" and isinstance(record.args, tuple) and record.args:
             error = record.args[0]
-            if isinstance(error, crawlq.StoreUnavailable):
-                doing[str(error).partition(" while ")[2].partition(" ")[0]] += 1
+            if isinstance(error, kind):
+                doing[str(error).partition(" while ")[2].partition(" ")[0].rstrip(",")] += 1
     return doing
 
 
-@pytest.mark.parametrize("kind", ["sigstop", "kill-9"])
+@pytest.mark.parametrize("kind", ["sigstop", "kill-9", "full-disk"])
 async def test_the_example_crawl_survives_a_redis_outage_of_twice_retry_timeout(
     redis_servers: StartServer,
     site: Site,
     short_retries: None,
     caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
     kind: str,
 ) -> None:
     caplog.set_level(logging.WARNING)
-    server = redis_servers(appendonly=kind == "kill-9")
+    with contextlib.ExitStack() as stack:
+        if kind == "full-disk":  # the AOF written once a second: MISCONF, not a crash
+            disk = stack.enter_context(mounted_disk(tmp_path / "disk"))
+            server = RedisServer(disk.path / "redis", appendonly=True, extra=EVERYSEC)
+            stack.callback(server.stop)
+            server.start()
+            outage, raising = full_disk(disk), crawlq.StoreFull
+        else:
+            server = redis_servers(appendonly=kind == "kill-9")
+            outage = sigstop(server) if kind == "sigstop" else kill_and_restart(server)
+            raising = crawlq.StoreUnavailable
+        await crawl_through_outage(server, site, outage, raising, caplog, kind)
+
+
+async def crawl_through_outage(
+    server: RedisServer,
+    site: Site,
+    outage: Callable[[], Awaitable[None]],
+    raising: type[crawlq.StoreError],
+    caplog: pytest.LogCaptureFixture,
+    kind: str,
+) -> None:
     url = f"{server.url}?crawl=outage&{SOCKET}"
-    outage = sigstop(server) if kind == "sigstop" else kill_and_restart(server)
 
     # Objects left by the tests before this one are frozen: a full collection
     # of a whole test session's heap (150-250 ms) is not the scheduler stalling.
@@ -208,8 +248,8 @@ async def test_the_example_crawl_survives_a_redis_outage_of_twice_retry_timeout(
     finally:
         gc.unfreeze()
 
-    raised = store_errors_raised(caplog)
-    assert sum(raised.values()) >= 1, "no StoreUnavailable reached a worker: no outage tested"
+    raised = store_errors_raised(caplog, raising)
+    assert sum(raised.values()) >= 1, f"no {raising.__name__} reached a worker: no outage tested"
     assert not [r for r in caplog.records if r.name == "crawlq" and "died" in r.getMessage()]
     # Every page fetched, exactly once (no lease expired); nothing lost or left.
     assert set(site.hits) == site.expected()
@@ -225,7 +265,7 @@ async def test_the_example_crawl_survives_a_redis_outage_of_twice_retry_timeout(
     assert max(run.gaps) < STALL, f"the event loop stalled {max(run.gaps) * 1000:.0f} ms"
     assert run.cpu < OUTAGE / 2, f"{run.cpu:.2f} s of CPU in a {OUTAGE:g} s outage: spinning"
     print(
-        f"{kind}: {run.crawl_seconds:.1f} s, StoreUnavailable raised {dict(raised)}, "
+        f"{kind}: {run.crawl_seconds:.1f} s, {raising.__name__} raised {dict(raised)}, "
         f"loop late at most {max(run.gaps) * 1000:.0f} ms, CPU {run.cpu:.2f} s during the outage"
     )
 

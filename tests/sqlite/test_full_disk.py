@@ -10,10 +10,7 @@ from the call whose own write failed, and from no other.
 
 from __future__ import annotations
 
-import errno
-import os
 import re
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,62 +18,17 @@ from pathlib import Path
 import pytest
 
 import crawlq
+from tests.small_disk import Disk, mounted_disk
 
 from ._helpers import job_url, read_line, sigkill, spawn
 
 BATCH = 200
 
 
-class Disk:
-    """A small tmpfs mounted at ``path``, and a filler file to take its last bytes."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.filler = path / "filler"
-
-    def fill(self) -> None:
-        """Write the filler until the file system has no byte left."""
-        fd = os.open(self.filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        try:
-            chunk = b"\0" * 4096
-            while True:
-                try:
-                    os.write(fd, chunk)
-                except OSError as exc:
-                    assert exc.errno == errno.ENOSPC, exc
-                    if len(chunk) == 1:
-                        return
-                    chunk = chunk[: len(chunk) // 2]
-        finally:
-            os.close(fd)
-
-    def free(self) -> None:
-        """Delete the filler."""
-        self.filler.unlink(missing_ok=True)
-
-    def grow(self, size: str = "64m") -> None:
-        """Remount the file system bigger; its files stay."""
-        subprocess.run(["mount", "-o", f"remount,size={size}", str(self.path)], check=True)
-
-
 @pytest.fixture
 def disk(tmp_path: Path) -> Iterator[Disk]:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root (CI runs these tests as root)")
-    path = tmp_path / "disk"
-    path.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=3m,mode=0755", "tmpfs", str(path)],
-        capture_output=True,
-        text=True,
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip() or mounted.returncode}")
-    try:
-        yield Disk(path)
-    finally:
-        if subprocess.run(["umount", str(path)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(path)], check=True)  # a file still open
+    with mounted_disk(tmp_path / "disk") as mounted:
+        yield mounted
 
 
 def batch(number: int) -> list[crawlq.Request]:

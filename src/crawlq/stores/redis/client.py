@@ -61,6 +61,9 @@ _TRANSIENT_REPLIES: Final = (
     "CLUSTERDOWN",
     "MOVED",
     "ASK",
+    # A server that cannot write its append-only file or its snapshot (a
+    # full disk) refuses every change until a write succeeds again.
+    "MISCONF",
 )
 
 
@@ -155,6 +158,14 @@ def translate(exc: BaseException, location: RedisURL, doing: str) -> StoreError:
             f"this call stored nothing; everything accepted before it is kept ({text}). "
             "Popping, acking and releasing still work and free memory; raise maxmemory, "
             "or use Bloom dedup (bloom_capacity=...) to shrink the seen set"
+        )
+    if code == "MISCONF":
+        return StoreFull(
+            f"Redis at {where} cannot write to its disk and refused every change while {doing}, "
+            f"until the retries gave up ({text}): the call did nothing, and everything accepted "
+            "before it is kept. Adds, pops and acks all wait for room: free space where the "
+            "server keeps its files (CONFIG GET dir); it takes changes again once its next "
+            "append-only write or snapshot succeeds. Then call again"
         )
     if isinstance(exc, NotPrimary) or code in _MOVING:
         return StoreUnavailable(
