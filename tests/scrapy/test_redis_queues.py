@@ -12,6 +12,7 @@ import pytest
 import redis
 
 from tests.redis_server import RedisServer, StartServer
+from tests.small_disk import mounted_disk
 
 from ._site import ServedSite
 from .conftest import CONCURRENT_REQUESTS
@@ -19,6 +20,7 @@ from .test_crawl import assert_exactly_once, assert_finished
 
 DOWNLOADER_AWARE = "scrapy.pqueues.DownloaderAwarePriorityQueue"
 SCRAPY_PRIORITY = "scrapy.pqueues.ScrapyPriorityQueue"
+EVERYSEC = ("--appendfsync", "everysec")
 
 
 def _settings(url: str, jobdir: Path, priority_queue: str) -> dict[str, str]:
@@ -179,6 +181,34 @@ def test_paused_server_falls_back_to_memory_and_the_crawl_finishes(
     assert result.stats.get("scheduler/enqueued/memory", 0) > 0, result.stats
     assert result.stats["crawlq/redis_queue/push_unavailable"] > 0, result.stats
     assert result.stats["crawlq/redis_queue/pop_unavailable"] > 0, result.stats
+    assert set(site.fetches()) == site.expected()
+
+
+def test_a_full_disk_falls_back_to_memory_and_the_crawl_finishes(
+    site: ServedSite, make_crawl: Any, tmp_path: Path
+) -> None:
+    # The server's files on a small tmpfs, its append-only file written once
+    # a second: a full disk makes it refuse every write (MISCONF).
+    with mounted_disk(tmp_path / "disk") as disk:
+        server = RedisServer(disk.path / "redis", appendonly=True, extra=EVERYSEC)
+        server.start()
+        try:
+            crawl = make_crawl(_settings(server.url, tmp_path / "job", SCRAPY_PRIORITY))
+            process = crawl.start()
+            deadline = time.monotonic() + 120
+            while site.total() < len(site.expected()) // 4:
+                assert process.poll() is None, "the crawl ended early"
+                assert time.monotonic() < deadline, "the crawl did not get going"
+                time.sleep(0.005)
+            disk.fill()
+            time.sleep(3)
+            disk.free()
+            result = crawl.finish(process)
+        finally:
+            server.stop()
+    assert_finished(result)
+    assert result.stats.get("scheduler/enqueued/memory", 0) > 0, result.stats
+    assert result.stats["crawlq/redis_queue/push_unavailable"] > 0, result.stats
     assert set(site.fetches()) == site.expected()
 
 

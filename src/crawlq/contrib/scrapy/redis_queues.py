@@ -18,10 +18,11 @@ What they guarantee
       scratch key comes back with the same fingerprint (a queue holding
       requests is never touched). If not it raises `QueueCheckFailed`
       naming the URL (without its password) and the fix.
-    - A connection problem never stops the crawl: ``push`` raises
-      `TransientError` (a ``ValueError``: the stock scheduler keeps that
-      request in memory), ``pop`` returns None, ``__len__`` returns the last
-      known length; for a second after a failure the server is not asked.
+    - A connection problem, or a server that cannot write to its full
+      disk, never stops the crawl: ``push`` raises `TransientError` (a
+      ``ValueError``: the stock scheduler keeps that request in memory),
+      ``pop`` returns None, ``__len__`` returns the last known length; for
+      a second after a failure the server is not asked.
       A push or pop whose reply was lost is undone, or handed out again, on
       the next call that reaches the server. Stats count them:
       ``crawlq/redis_queue/push_unavailable`` and ``.../pop_unavailable``.
@@ -49,7 +50,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Self
 from urllib.parse import parse_qsl, urlsplit
 
-from ..._errors import CrawlqError, StoreError, StoreUnavailable
+from ..._errors import CrawlqError, StoreError, StoreFull, StoreUnavailable
 from ...stores.redis.client import MIN_SERVER, acquire_client, release_client
 from ...stores.redis.config import RedisURL, parse_url
 from ...stores.redis.conn import Link, server_version
@@ -98,7 +99,7 @@ return redis.call('LLEN', KEYS[1])
 
 
 class TransientError(StoreUnavailable, ValueError):
-    """A queue's Redis could not be reached for this push: the scheduler keeps it in memory."""
+    """A queue's Redis could not take this push (unreachable, or its disk full): kept in memory."""
 
 
 class _Down(StoreUnavailable):
@@ -134,12 +135,16 @@ class _Server:
         release_client(self.location)
 
     def eval(self, script: bytes, keys: tuple[bytes, ...], *args: bytes, doing: str) -> Any:
-        """Run ``script``; raise `StoreUnavailable` at once while the server is down."""
+        """Run ``script``; raise `StoreUnavailable` at once while the server is down.
+
+        A server that refuses writes on a full disk (`StoreFull`) counts as
+        down too.
+        """
         if time.monotonic() < self.down_until:
             raise _Down(f"Redis at {self.location.display} is not answering")
         try:
             return self.link.command(b"EVAL", script, len(keys), *keys, *args, doing=doing)
-        except StoreUnavailable:
+        except (StoreUnavailable, StoreFull):
             self.down_until = time.monotonic() + _PAUSE
             raise
 
@@ -216,9 +221,9 @@ class _RedisQueue:
             reply = self._server.eval(
                 _PUSH, (self._key,), element, *self._undo, doing="pushing a request"
             )
-        except StoreUnavailable as exc:
-            if not isinstance(exc, _Down):
-                self._undo.append(element)
+        except (StoreUnavailable, StoreFull) as exc:
+            if isinstance(exc, StoreUnavailable) and not isinstance(exc, _Down):
+                self._undo.append(element)  # it may have been stored
             self._count("crawlq/redis_queue/push_unavailable")
             raise TransientError(str(exc)) from None
         self._undo.clear()
@@ -238,9 +243,9 @@ class _RedisQueue:
                     *self._undo,
                     doing="popping a request",
                 )
-            except StoreUnavailable as exc:
-                if not isinstance(exc, _Down):
-                    self._lost_pops += pop_id
+            except (StoreUnavailable, StoreFull) as exc:
+                if isinstance(exc, StoreUnavailable) and not isinstance(exc, _Down):
+                    self._lost_pops += pop_id  # it may have run
                 self._count("crawlq/redis_queue/pop_unavailable")
                 return None
             except StoreError as exc:
