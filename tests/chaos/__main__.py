@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from tests.chaos.checker import TOLERANCE
-from tests.chaos.run import OPTIONS, ROOT, Report, machine_note, run
+from tests.chaos.run import OPTIONS, ROOT, SCHEDULER_COROUTINES, Report, machine_note, run
 
 #: URLs per second of faults in each backend's tree (about what 4 workers,
 #: or SQLite's one, crawl on 2 shared cores under faults).
@@ -82,10 +82,16 @@ def render(reports: list[Report], args: argparse.Namespace, total: float, top: P
         faults = ", ".join(f"{k} × {n}" for k, n in sorted(r.fault_counts.items()))
         skipped = "; ".join(f"{k} skipped: {why}" for k, why in r.skipped.items())
         refetched = f.deliveries - f.delivered_urls
+        workers = f"{r.workers} at a time ({len(r.processes)} processes in all)"
+        if r.scheduler_workers:
+            workers += (
+                f"; {r.scheduler_workers} of them through the asyncio Scheduler, "
+                f"{SCHEDULER_COROUTINES} coroutines each"
+            )
         rows = [
             ("verdict", "**all invariants hold**" if r.ok else "**FAILED**"),
             ("seed", str(r.seed)),
-            ("workers", f"{r.workers} at a time ({len(r.processes)} processes in all)"),
+            ("workers", workers),
             ("faults injected", faults + (f" ({skipped})" if skipped else "")),
             ("URLs in the tree", str(r.tree.size)),
             ("accepted (store)", str(c.accepted) if c else "?"),

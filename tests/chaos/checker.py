@@ -78,7 +78,13 @@ errors
     ``FOREIGN`` lines (an exception that is not a CrawlqError): violations.
     Any CrawlqError other than StoreUnavailable (and StoreFull when the disk
     was filled) is an unexpected error: a violation. ``L`` (LeaseError),
-    exits that are neither 0 nor our SIGKILL, give-ups: violations.
+    ``R`` (a Scheduler worker held a request after ``join()`` said nothing
+    was in flight), exits that are neither 0 nor our SIGKILL, give-ups:
+    violations.
+
+A Scheduler worker's log (its ``O`` line says ``scheduler``) interleaves
+its coroutines' deliveries: each ``P``, ``F``, ``a`` and ``K`` line ends with
+its coroutine's tag, and belongs to that coroutine's last ``P``.
 """
 
 from __future__ import annotations
@@ -208,6 +214,10 @@ def check(
     accepted_logged: set[str] = set()
     for index, proc in enumerate(processes):
         current: Delivery | None = None
+        # A Scheduler worker's coroutines interleave their lines, each line
+        # tagged with its coroutine: each has its own last delivery.
+        interleaved = False
+        current_of: dict[str, Delivery | None] = {}
         seed_attempt: tuple[int, int] | None = None
         text = proc.log.read_text(errors="replace") if proc.log.exists() else ""
         lines = text.splitlines()
@@ -216,7 +226,14 @@ def check(
         for line in lines:
             fields = line.split(" ")
             tag = fields[0]
-            if tag == "P" and len(fields) == 5:
+            worker = ""
+            if interleaved and tag in ("P", "F", "a", "K"):
+                worker = fields.pop() if fields[-1][:1] == "w" else ""
+                current = current_of.get(worker)  # (an untagged line matches none)
+                line = " ".join(fields)
+            if tag == "O":
+                interleaved = fields[3:4] == ["scheduler"]
+            elif tag == "P" and len(fields) == 5:
                 called, back = float(fields[1]), float(fields[2])
                 deadline = _float(fields[4])
                 if redis and deadline is not None and deadline - lease_timeout <= back + 0.002:
@@ -242,6 +259,8 @@ def check(
                     )
                 deliveries.append(d)
                 current = d
+                if interleaved:
+                    current_of[worker] = d
                 if not tree.owns(d.url):
                     found.violate("a URL outside the tree", line)
             elif tag in "FaK" and len(tag) == 1 and len(fields) >= 3:
@@ -287,6 +306,8 @@ def check(
             elif tag == "FOREIGN":
                 found.foreign += 1
                 found.violate("FOREIGN exception", line)
+            elif tag == "R":
+                found.violate("a request held when join() said idle", line)
             elif tag == "L":
                 found.lease_errors += 1
                 found.violate("LeaseError on an ack", line)

@@ -2,7 +2,8 @@
 
 `run` starts the backend (`tests.chaos.faults`), starts its worker processes
 (`tests.chaos.worker`, slot 0 also adds the tree's seeds over the first
-part of the run), then injects faults at random intervals from
+part of the run; with 4 or more, the upper half crawl through the asyncio
+Scheduler), then injects faults at random intervals from
 ``random.Random(seed)`` for ``seconds``: rounds in which every kind of the
 backend plus ``worker-sigkill`` comes once, in a shuffled order, each after
 a random gap (at least one whole round, however short ``seconds``). A
@@ -39,6 +40,13 @@ from tests.chaos.tree import Tree
 ROOT = Path(__file__).resolve().parents[2]
 
 #: The crawl's options on every backend (the previous manual run's).
+#: Coroutines of each worker process that crawls through the asyncio
+#: Scheduler (`tests.chaos.scheduled`): the upper half of the slots when a
+#: backend runs 4 or more, so both the plain loop and the Scheduler's store
+#: thread, batches and leases ahead meet every fault (odd slots of each kind
+#: with the short retry_timeout).
+SCHEDULER_COROUTINES = 8
+
 OPTIONS: dict[str, Any] = {
     "host_delay": 0.05,
     "host_concurrency": 1,
@@ -57,6 +65,8 @@ class Report:
     tree: Tree
     workers: int
     options: dict[str, Any]
+    #: Of ``workers``, how many crawl through the asyncio Scheduler.
+    scheduler_workers: int = 0
     faults: list[Fault] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
     processes: list[Process] = field(default_factory=list)
@@ -171,6 +181,8 @@ class Workers:
             "--until",
             str(self.over),
         ]
+        if self.scheduled(slot):
+            args += ["--scheduler", str(SCHEDULER_COROUTINES)]
         if slot == 0:
             args += ["--feed", f"{self.feed[0]:.6f}", f"{self.feed[1]:.6f}", str(self.flag)]
         with open(stderr, "wb") as err:
@@ -184,6 +196,10 @@ class Workers:
         proc = Process(slot, log, time.time(), stderr=stderr)
         self.processes.append(proc)
         self.running[slot] = (popen, proc)
+
+    def scheduled(self, slot: int) -> bool:
+        """Whether ``slot`` crawls through the asyncio Scheduler (the upper half of 4 or more)."""
+        return self.backend.workers >= 4 and slot >= self.backend.workers // 2
 
     def _supervise(self) -> None:
         while not self.stopping.is_set():
@@ -302,6 +318,7 @@ def run(
         start = time.time()
         crew = Workers(store, tree, directory, (start + 0.5, start + 0.9 * seconds), fetch, seed)
         crew.start()
+        report.scheduler_workers = sum(map(crew.scheduled, range(store.workers)))
         _inject_faults(report, store, crew, rng, start, seconds, gap, say)
         report.fault_window = time.time() - start
         crew.over.write_text("over\n")

@@ -70,3 +70,53 @@ def test_a_lost_url_an_undercut_an_overlap_and_a_foreign_exception_are_caught(
 def test_an_acked_request_that_comes_back_is_caught(tmp_path: Path) -> None:
     found = judge(tmp_path, crawl([0, 1, 2, 3, 0]), stats=stats(acked=4))
     assert found.violations["an acked request came back"] == 1, found.samples
+
+
+def interleave(lines: list[str]) -> list[str]:
+    """A Scheduler worker's log of `crawl`'s pages, a coroutine each, their lines mixed.
+
+    Every P first, then every F, every a and every K, each kind last page first.
+    """
+    head, pages = ["O 99.0 1 scheduler 4", *lines[1:3]], lines[3:]
+    tagged = [f"{line} w{i // 4}" for i, line in enumerate(pages)]
+    steps = [tagged[i::4] for i in range(4)]  # the P, F, a and K lines, page by page
+    return [*head, *steps[0], *(line for step in steps[1:] for line in reversed(step))]
+
+
+def test_a_scheduler_workers_interleaved_log_passes_and_a_plain_one_may_not_interleave(
+    tmp_path: Path,
+) -> None:
+    lines = crawl([0, 1, 2, 3], gap=0.1)
+    scheduled = judge(tmp_path, interleave(lines))
+    assert scheduled.ok, scheduled.samples
+    assert scheduled.acked_urls == 4
+    plain = judge(tmp_path, ["O 99.0 1", *interleave(lines)[1:]])
+    assert plain.violations["log out of order"] > 0
+    for stray in (f"F 200.0 {TREE.url(0)}", f"F 200.0 {TREE.url(0)} w9"):
+        found = judge(tmp_path, [*interleave(lines), stray])
+        assert found.violations["log out of order"] == 1, found.samples
+
+
+def test_a_request_a_scheduler_worker_held_at_its_end_is_caught(tmp_path: Path) -> None:
+    found = judge(tmp_path, [*interleave(crawl([0, 1, 2, 3])), f"R 200.0 {TREE.url(0)}"])
+    assert found.violations["a request held when join() said idle"] == 1, found.samples
+
+
+def test_a_url_out_twice_in_one_scheduler_worker_is_told_apart_by_coroutine(
+    tmp_path: Path,
+) -> None:
+    url = TREE.url(0)
+    lines = interleave(crawl([1, 2, 3]))
+    lines += [
+        f"P 110.000000 110.000100 {url} - w7",  # its lease expires at 113
+        f"P 113.500000 113.500100 {url} - w8",  # leased again, by another coroutine
+        f"F 113.600000 {url} w8",
+        f"a 113.600000 {url} w8",
+        f"K 113.700000 {url} - w8",
+        f"F 113.800000 {url} w7",  # the first, late
+        f"a 113.800000 {url} w7",
+        f"K 113.900000 {url} - w7",
+    ]
+    found = judge(tmp_path, lines)
+    assert found.ok, found.samples
+    assert found.refetched["expiry"] == 1 and found.overlaps_after_expiry == 1

@@ -2,16 +2,18 @@
 
     python -m tests.chaos.worker URL LOG --tree SPEC --options JSON [--feed START END FLAG]
                                  [--until FILE]... [--fetch MIN MAX] [--seed N]
-                                 [--give-up SECONDS]
+                                 [--give-up SECONDS] [--scheduler N]
 
 It opens the frontier at URL with the run's options and loops: pop, a
 simulated fetch (a short sleep), then ``add_many(links, ack=page)`` with the
 page's links (derived from its URL, `tests.chaos.tree.Tree`), or ``ack`` for
-a page without links. With ``--feed`` it also adds the tree's seeds, spread
-evenly over the wall-clock window START..END, and creates FLAG once all are
-added. A worker exits 0 once every ``--until`` FILE exists (the
-orchestrator gives FLAG, and a file it creates once the faults are over),
-nothing is queued or leased (``len()``) and nothing pops.
+a page without links; with ``--scheduler N``, N coroutines do the same
+through the asyncio `Scheduler` (`tests.chaos.scheduled`). With ``--feed``
+it also adds the tree's seeds, spread evenly over the wall-clock window
+START..END, and creates FLAG once all are added. A worker exits 0 once
+every ``--until`` FILE exists (the orchestrator gives FLAG, and a file it
+creates once the faults are over), nothing is queued or leased (``len()``)
+and nothing pops.
 
 The log
     One line per event, each written with one ``os.write`` on a file opened
@@ -19,7 +21,7 @@ The log
     ``time.time()``: the clock Redis ``TIME`` reads on this machine, so times
     of the log and of the server compare directly. Fields::
 
-        O <t> <pid>                      the frontier is open
+        O <t> <pid> [scheduler <n>]      the frontier is open (a Scheduler worker: n coroutines)
         P <t call> <t back> <url> <dl>   pop returned <url>; <t call>: when the pop
                                          call began; <dl>: the lease's deadline as
                                          the Redis server holds it (seconds), or
@@ -120,7 +122,7 @@ class Steps:
             except crawlq.LeaseError:
                 raise
             except crawlq.CrawlqError as exc:
-                self.log("E", step, type(exc).__name__, _one_line(exc))
+                self.log("E", step, type(exc).__name__, one_line(exc))
             except Exception as exc:
                 self.foreign(step, exc)
             if time.monotonic() - started > self.give_up:
@@ -131,7 +133,7 @@ class Steps:
 
     def foreign(self, step: str, exc: BaseException) -> NoReturn:
         self.log(
-            "FOREIGN", step, type(exc).__module__ + "." + type(exc).__qualname__, _one_line(exc)
+            "FOREIGN", step, type(exc).__module__ + "." + type(exc).__qualname__, one_line(exc)
         )
         for line in traceback.format_exception(exc):
             for part in line.rstrip("\n").split("\n"):
@@ -139,7 +141,7 @@ class Steps:
         os._exit(2)
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:500] or "-"
 
 
@@ -247,6 +249,9 @@ def main() -> None:
     parser.add_argument("--fetch", nargs=2, type=float, default=(0.002, 0.010))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--give-up", type=float, default=90.0)
+    parser.add_argument(
+        "--scheduler", type=int, default=0, help="crawl with the asyncio Scheduler, N coroutines"
+    )
     args = parser.parse_args()
     tree = Tree.from_arg(args.tree)
     options: dict[str, Any] = json.loads(args.options)
@@ -255,7 +260,12 @@ def main() -> None:
     steps = Steps(log, args.give_up, rng)
     lookup = LeaseLookup(args.url) if args.url.startswith("redis") else None
     try:
-        code = crawl(args, tree, options, rng, log, steps, lookup)
+        if args.scheduler:
+            from tests.chaos import scheduled
+
+            code = scheduled.crawl(args, tree, options, rng, log, lookup)
+        else:
+            code = crawl(args, tree, options, rng, log, steps, lookup)
     except GiveUp:
         code = 3
     sys.stdout.flush()
@@ -341,11 +351,11 @@ def crawl(
                 steps("ack", lambda r=request: frontier.ack(r), lambda u=url: log("a", u))
                 log("K", url, "-")
         except crawlq.LeaseError as exc:
-            log("L", url, _one_line(exc))
+            log("L", url, one_line(exc))
     try:
         frontier.close()
     except crawlq.CrawlqError as exc:
-        log("E", "close", type(exc).__name__, _one_line(exc))
+        log("E", "close", type(exc).__name__, one_line(exc))
     except Exception as exc:
         steps.foreign("close", exc)
     log("D")
