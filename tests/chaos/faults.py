@@ -1,7 +1,8 @@
 """The stores a chaos run crawls on, and the faults it injects into them.
 
-Each `Backend` starts its store (a redis-server with AOF, a Redis Cluster of
-3 primaries with a replica each, a SQLite job on a small tmpfs), names its
+Each `Backend` starts its store (a redis-server with AOF on a tmpfs, a Redis
+Cluster of 3 primaries with a replica each, a SQLite job on a small tmpfs; a
+tmpfs only as root, else no full-disk fault), names its
 fault kinds, injects one on demand (`inject`, which returns once the store
 is whole again: a fault is over when it returns) and stops everything it
 started by pid (`stop`). Worker SIGKILLs are the orchestrator's
@@ -35,6 +36,53 @@ SERVER_PAUSE = (1.8, 2.4)
 DISK_FULL = (1.0, 2.5)
 #: Seconds a SIGSTOPped cluster primary stays stopped after its replica took over.
 PRIMARY_PAUSE_EXTRA = (0.2, 1.5)
+
+
+def mount_tmpfs(path: Path, size: str) -> str | None:
+    """Mount a tmpfs of ``size`` at ``path`` (made here); the reason it could not, or None."""
+    path.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0:
+        return "mounting a small tmpfs needs root"
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(path)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        return f"cannot mount a tmpfs: {done.stderr.strip() or done.returncode}"
+    return None
+
+
+def unmount(path: Path) -> None:
+    """Remove the filler and unmount ``path`` (lazily if a file is still open)."""
+    (path / "filler").unlink(missing_ok=True)
+    if subprocess.run(["umount", str(path)], capture_output=True).returncode != 0:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def fill_for(path: Path, seconds: float) -> int:
+    """Fill the file system at ``path`` to its last byte for ``seconds``; bytes written."""
+    filler = path / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    filled = 0
+    try:
+        chunk = b"\0" * (1 << 20)
+        while True:
+            try:
+                filled += os.write(fd, chunk)
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+                if len(chunk) == 1:
+                    break
+                chunk = chunk[: len(chunk) // 2]
+    finally:
+        os.close(fd)
+    try:
+        time.sleep(seconds)
+    finally:
+        filler.unlink(missing_ok=True)
+    return filled
 
 
 @dataclass
@@ -84,11 +132,20 @@ class Backend:
 
 @dataclass
 class RedisBackend(Backend):
-    """One redis-server, ``appendonly yes`` with ``appendfsync always``."""
+    """One redis-server, ``appendonly yes`` with ``appendfsync always``, its files on a tmpfs.
+
+    A full disk (``server-disk-full``, root only) makes such a server exit
+    at its first failed append-only write (it cannot keep its fsync
+    promise), leaving a cut-short command at the end of the file: the fault
+    frees the disk and restarts it on that file, which Redis loads without
+    the cut command (never answered, so never acknowledged).
+    """
 
     name: str = "redis"
-    kinds: tuple[str, ...] = ("server-sigstop", "server-kill9")
+    kinds: tuple[str, ...] = ("server-sigstop", "server-kill9", "server-disk-full")
     server: RedisServer | None = None
+    disk_size: str = "256m"
+    mounted: Path | None = None
 
     @property
     def url(self) -> str:
@@ -96,7 +153,14 @@ class RedisBackend(Backend):
         return f"{self.server.url}?crawl=chaos"
 
     def start(self) -> None:
-        self.server = RedisServer(self.directory / "redis", appendonly=True)
+        path = self.directory / "disk"
+        reason = mount_tmpfs(path, self.disk_size)
+        if reason is None:
+            self.mounted = path
+        else:
+            self.skipped["server-disk-full"] = reason
+            self.kinds = tuple(k for k in self.kinds if k != "server-disk-full")
+        self.server = RedisServer((self.mounted or self.directory) / "redis", appendonly=True)
         self.server.start()
 
     def inject(self, kind: str, rng: random.Random) -> str:
@@ -117,6 +181,18 @@ class RedisBackend(Backend):
             time.sleep(down)
             server.start()  # same port, same directory: the AOF is replayed
             return f"pid {pid} killed, down {down:.2f} s, restarted as pid {server.pid}"
+        if kind == "server-disk-full" and self.mounted is not None:
+            pid, hold = server.pid, rng.uniform(*DISK_FULL)
+            filled = fill_for(self.mounted, hold)
+            process = server.process
+            if process is None or process.poll() is None:
+                return f"{filled / 1e6:.1f} MB filler held {hold:.2f} s; pid {pid} kept running"
+            server.stop()  # (reaps it)
+            server.start()  # same port, its AOF: the cut-short command is dropped
+            return (
+                f"{filled / 1e6:.1f} MB filler held {hold:.2f} s; pid {pid} exited on its "
+                f"AOF write error, restarted as pid {server.pid}"
+            )
         raise ValueError(kind)
 
     def stop(self) -> None:
@@ -125,6 +201,9 @@ class RedisBackend(Backend):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(self.server.pid, signal.SIGCONT)
             self.server.stop()
+        if self.mounted is not None:
+            unmount(self.mounted)
+            self.mounted = None
 
     def pids(self) -> list[int]:
         return [self.server.pid] if self.server and self.server.pid else []
@@ -239,29 +318,10 @@ class SqliteBackend(Backend):
 
     def start(self) -> None:
         path = self.directory / "disk"
-        path.mkdir(parents=True, exist_ok=True)
-        reason = None
-        if os.geteuid() != 0:
-            reason = "mounting a small tmpfs needs root"
+        reason = mount_tmpfs(path, self.disk_size)
+        if reason is None:
+            self.mounted = path
         else:
-            done = subprocess.run(
-                [
-                    "mount",
-                    "-t",
-                    "tmpfs",
-                    "-o",
-                    f"size={self.disk_size},mode=0755",
-                    "tmpfs",
-                    str(path),
-                ],
-                capture_output=True,
-                text=True,
-            )
-            if done.returncode == 0:
-                self.mounted = path
-            else:
-                reason = f"cannot mount a tmpfs: {done.stderr.strip() or done.returncode}"
-        if reason is not None:
             self.skipped["disk-full"] = reason
             self.kinds = ()
             (self.directory / "plain").mkdir(parents=True, exist_ok=True)
@@ -269,34 +329,13 @@ class SqliteBackend(Backend):
     def inject(self, kind: str, rng: random.Random) -> str:
         if kind != "disk-full" or self.mounted is None:
             raise ValueError(kind)
-        filler = self.mounted / "filler"
         hold = rng.uniform(*DISK_FULL)
-        fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        filled = 0
-        try:
-            chunk = b"\0" * (1 << 20)
-            while True:
-                try:
-                    filled += os.write(fd, chunk)
-                except OSError as exc:
-                    if exc.errno != errno.ENOSPC:
-                        raise
-                    if len(chunk) == 1:
-                        break
-                    chunk = chunk[: len(chunk) // 2]
-        finally:
-            os.close(fd)
-        try:
-            time.sleep(hold)
-        finally:
-            filler.unlink(missing_ok=True)
+        filled = fill_for(self.mounted, hold)
         return f"{filled / 1e6:.1f} MB filler held {hold:.2f} s on {self.disk_size} tmpfs"
 
     def stop(self) -> None:
         if self.mounted is not None:
-            (self.mounted / "filler").unlink(missing_ok=True)
-            if subprocess.run(["umount", str(self.mounted)], capture_output=True).returncode != 0:
-                subprocess.run(["umount", "-l", str(self.mounted)], check=False)
+            unmount(self.mounted)
             self.mounted = None
 
 

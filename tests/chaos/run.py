@@ -349,7 +349,7 @@ def run(
         lease_timeout=OPTIONS["lease_timeout"],
         host_delay=OPTIONS["host_delay"],
         stats=report.stats,
-        disk_filled=report.fault_counts["disk-full"] > 0,
+        disk_filled=report.fault_counts["disk-full"] + report.fault_counts["server-disk-full"] > 0,
     )
     report.duration = time.time() - began
     say(report.summary())
