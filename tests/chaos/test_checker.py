@@ -25,7 +25,7 @@ def judge(tmp_path: Path, lines: list[str], **kw: object) -> Findings:
     return check(
         [proc],
         TREE,
-        backend="sqlite",
+        backend=str(kw.get("backend", "sqlite")),
         lease_timeout=3.0,
         host_delay=0.05,
         stats=kw.get("stats", stats()),
@@ -120,3 +120,29 @@ def test_a_url_out_twice_in_one_scheduler_worker_is_told_apart_by_coroutine(
     found = judge(tmp_path, lines)
     assert found.ok, found.samples
     assert found.refetched["expiry"] == 1 and found.overlaps_after_expiry == 1
+
+
+def test_a_scheduler_workers_long_get_is_no_excuse_for_a_lease_handed_out_twice(
+    tmp_path: Path,
+) -> None:
+    # On Redis, with the lease's deadline unread: a plain pop call this long
+    # is suspect of the known stale-lease bug; a get() that waited for work
+    # is not, so the second lease of an acked URL is a violation.
+    url = TREE.url(0)
+    lines = [
+        "O 99.0 1 scheduler 2",
+        f"P 100.000000 103.000000 {url} - w0",  # waited 3 s in get()
+        f"F 103.100000 {url} w0",
+        f"a 103.100000 {url} w0",
+        f"K 103.200000 {url} - w0",
+        f"P 103.300000 103.300100 {url} - w1",  # again, before the first could expire
+    ]
+    found = judge(tmp_path, lines, backend="redis")
+    assert found.violations["a lease handed out twice"] == 1, found.samples
+    assert not found.known
+    # The same by a plain worker whose pop call took 3 s: its lease may be as
+    # old as the call, so the second counts as leased after its expiry.
+    plain_log = [line.rsplit(" ", 1)[0] for line in lines[1:]]
+    plain = judge(tmp_path, ["O 99.0 1", *plain_log], backend="redis")
+    assert not plain.violations["a lease handed out twice"], plain.samples
+    assert plain.refetched["expiry"] == 1
