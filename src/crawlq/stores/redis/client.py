@@ -17,7 +17,14 @@ import threading
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final
 
-from ..._errors import IncompatibleStore, StoreError, StoreFull, StoreUnavailable, import_extra
+from ..._errors import (
+    CorruptStore,
+    IncompatibleStore,
+    StoreError,
+    StoreFull,
+    StoreUnavailable,
+    import_extra,
+)
 from .config import RedisURL
 
 if TYPE_CHECKING:
@@ -182,6 +189,15 @@ def translate(exc: BaseException, location: RedisURL, doing: str) -> StoreError:
         return StoreUnavailable(
             f"Redis at {where} was not ready while {doing} ({text}), until the retries gave "
             "up; it may pass: call again, or raise retry_timeout"
+        )
+    if upper.startswith("CRAWLGONE"):
+        return CorruptStore(
+            f"crawl {location.crawl!r} is gone from Redis at {where} (found while {doing}): "
+            "its keys were lost under its workers (a restart without persistence, a FLUSHALL "
+            "or FLUSHDB, or a purge while they ran), and with them what was queued, leased and "
+            "seen. crawlq stops rather than go on as an empty crawl. Keep crawls on a server "
+            "with appendonly yes; to start this one again, open it anew (crawlq purge it first "
+            "if opening then says its key format is unknown)"
         )
     if "WRONGTYPE" in upper:
         return IncompatibleStore(

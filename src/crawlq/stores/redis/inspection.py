@@ -218,7 +218,8 @@ def inspect_at(location: RedisURL, link: Link, hosts: int) -> Inspection:
         "inspecting",
     )
     leased, expired, first, seen_set, ones, seen_timed = replies
-    scheduled, revisits, due_in = due_figures(link, prefix)
+    # (A crawl that is not there has nothing scheduled; its functions refuse it.)
+    scheduled, revisits, due_in = due_figures(link, prefix) if meta else (0, 0, None)
     by_owner = _leases_by_owner(link, prefix)
     every = host_counts(link, prefix, 1 << 62, {})
     priorities = _priorities(link, prefix, [h.host for h in every if h.queued])
@@ -292,8 +293,9 @@ def purge(url: str) -> int:
     """Delete every key of the crawl at a Redis frontier URL; return how many.
 
     The only way crawlq deletes shared data (``close()`` never does). Run it
-    when no worker uses the crawl: a worker still running recreates the keys
-    it touches. Other crawls on the server are left alone. Raises
+    when no worker uses the crawl: a worker still running raises
+    `CorruptStore` from its calls within a second (what it wrote meanwhile
+    may need purging again). Other crawls on the server are left alone. Raises
     `ConfigError` for a bad URL, `StoreUnavailable` or `StoreError` when the
     server cannot be reached or refuses.
     """

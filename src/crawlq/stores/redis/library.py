@@ -49,7 +49,7 @@ class Library:
     FUNCTIONS: Final = {
         "add": ("add", ""),
         "links": ("add_links", ""),
-        "probe": ("add", "allow-oom"),
+        "probe": ("probe", "allow-oom"),
         "pop": ("pop", "allow-oom"),
         "ack_or_release": ("ack_or_release", "allow-oom"),
         "control": ("control", "allow-oom"),

@@ -240,11 +240,26 @@ local function use_keys(prefix)
     K_ACCEPTED, K_SEEN_AT, K_BLOCKS, K_POLICY, K_SEEN_B, K_L, K_I, K_DUE, K_R = unpack(names)
 end
 
+-- A crawl whose keys vanished under its workers (a server restarted
+-- without persistence, a FLUSHALL, a purge while they ran) must not go on
+-- as an empty crawl that quietly lost its queue: its calls fail with
+-- CRAWLGONE (crawlq raises CorruptStore). Every open crawl's meta holds
+-- `format` (counters written since would not bring it back). Looked at
+-- when the policies are read: a restarted server's first call, then once
+-- every BOUND_MS; the lean add looks with the meta fields it reads anyway.
+local function crawl_gone()
+  error({ err = 'CRAWLGONE the keys of the crawl at ' .. P .. ' are gone' })
+end
+
 -- The crawl's host policies into HOST_POLICY (see POLICIES): a table
--- lookup, and a TIME, per call; HGETALL once they are BOUND_MS old.
+-- lookup, and a TIME, per call; HGETALL once they are BOUND_MS old (and
+-- then whether the crawl is still there).
 local function load_policies()
   local cached = POLICIES[P]
   if cached == nil or now() - cached[2] > BOUND_MS then
+    if redis.call('HEXISTS', K_META, 'format') == 0 then
+      crawl_gone()
+    end
     local policies = {}
     local flat = redis.call('HGETALL', K_POLICY)
     for i = 1, #flat, 2 do
