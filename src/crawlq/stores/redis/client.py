@@ -199,6 +199,14 @@ def translate(exc: BaseException, location: RedisURL, doing: str) -> StoreError:
             "with appendonly yes; to start this one again, open it anew (crawlq purge it first "
             "if opening then says its key format is unknown)"
         )
+    if upper.startswith("CRAWLFORMAT"):
+        stored = text.split()[1].rstrip(":") if len(text.split()) > 1 else "?"
+        return IncompatibleStore(
+            f"crawl {location.crawl!r} at {where} is now in key format {stored} (found while "
+            f"{doing}): a crawlq of another version upgraded it while this one ran. This "
+            "worker stops rather than misread it: run the same crawlq version on every worker "
+            "(stop the older ones before a newer one opens the crawl)"
+        )
     if "WRONGTYPE" in upper:
         return IncompatibleStore(
             f"a key under {location.prefix}* on {where} holds data that is not crawlq's "

@@ -19,6 +19,7 @@ from .client import acquire_client, redis_module, release_client
 from .config import RedisURL, parse_url
 from .conn import Link
 from .host_views import SCAN_COUNT, change_host_at, host_counts, host_policy
+from .open import FORMAT
 from .wire import pack
 
 __all__ = [
@@ -218,8 +219,10 @@ def inspect_at(location: RedisURL, link: Link, hosts: int) -> Inspection:
         "inspecting",
     )
     leased, expired, first, seen_set, ones, seen_timed = replies
-    # (A crawl that is not there has nothing scheduled; its functions refuse it.)
-    scheduled, revisits, due_in = due_figures(link, prefix) if meta else (0, 0, None)
+    # (A crawl that is not there, or of another key format, is refused by this
+    # crawlq's functions: read as having nothing scheduled.)
+    ours = meta.get("format") == str(FORMAT)
+    scheduled, revisits, due_in = due_figures(link, prefix) if ours else (0, 0, None)
     by_owner = _leases_by_owner(link, prefix)
     every = host_counts(link, prefix, 1 << 62, {})
     priorities = _priorities(link, prefix, [h.host for h in every if h.queued])
@@ -377,9 +380,10 @@ def snapshot_at(location: RedisURL, link: Link, top: int) -> tuple[StoreCounts, 
     )
     if not meta_flat:
         raise StoreError(f"there is no crawl {location.crawl!r} at {location.display}")
-    scheduled, revisits, due_in = due_figures(link, prefix)
-    busiest = host_counts(link, prefix, top, {})
     meta = {meta_flat[i].decode(): meta_flat[i + 1].decode() for i in range(0, len(meta_flat), 2)}
+    ours = meta.get("format") == str(FORMAT)  # (as in inspect_at)
+    scheduled, revisits, due_in = due_figures(link, prefix) if ours else (0, 0, None)
+    busiest = host_counts(link, prefix, top, {})
     queued, counters = meta_counts(meta, int(leased), scheduled)
     counts = StoreCounts(
         queued,

@@ -36,6 +36,9 @@ __all__ = ["FINGERPRINTER_KEY", "FORMAT", "Dedup", "check_server", "open_crawl",
 #: none, and a format-7 crawlq would hand a marked entry out wrong); format
 #: 9 keeps wide entries in `ready`, `leases`, `hosts` and `lease` so they
 #: are never packed (added at open; a format-8 crawlq would pop one).
+#: Workers of format 9 on look at the format at least once a second and stop
+#: at another one (check_format in shared.lua, whose FORMAT is this): a
+#: format 10 must be written a second before the upgrade changes any key.
 FORMAT: Final = 9
 #: Key (after the crawl's prefix) of the fingerprinter its last opener used,
 #: as `Fingerprinter.describe` JSON.

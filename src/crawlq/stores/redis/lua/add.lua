@@ -236,8 +236,8 @@ end
 
 -- probe: add for the self-check's scratch crawl (calls.py), which no open
 -- made: its meta gets a `format` first, so its calls find the crawl there
--- (see crawl_gone in shared.lua).
+-- (see check_format in shared.lua).
 local function probe(keys, args)
-  redis.call('HSET', keys[1] .. 'meta', 'format', 'probe')
+  redis.call('HSET', keys[1] .. 'meta', 'format', FORMAT)
   return add(keys, args)
 end

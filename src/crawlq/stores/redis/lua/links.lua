@@ -84,28 +84,22 @@ local function add_links(keys, args)
   -- What meta holds that this call needs: the dedup's bucket state (exact
   -- dedup; its count is not read, see seen_count_added) and a shard's
   -- number mark, in one command.
-  -- (And `format`: whether the crawl is still there, see crawl_gone.)
+  -- (And `format`: whether the crawl is still there as it was, see check_format.)
   local base = nil
   if bits == 0 and ttl == nil then
     if numbered then
       local m = redis.call('HMGET', K_META, 'sl', 'sp', 'sw', 'format', 'idb')
-      if not m[4] then
-        crawl_gone()
-      end
+      check_format(m[4])
       seen_read(m[1], m[2], nil, m[3])
       base = tonumber(m[5] or '0')
     else
       local m = redis.call('HMGET', K_META, 'sl', 'sp', 'sw', 'format')
-      if not m[4] then
-        crawl_gone()
-      end
+      check_format(m[4])
       seen_read(m[1], m[2], nil, m[3])
     end
   else
     local m = redis.call('HMGET', K_META, 'format', 'idb')
-    if not m[1] then
-      crawl_gone()
-    end
+    check_format(m[1])
     base = numbered and tonumber(m[2] or '0') or nil
   end
   if numbered then

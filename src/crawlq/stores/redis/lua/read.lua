@@ -86,9 +86,7 @@ local function read(keys, args)
   end
   local m = redis.call('HMGET', P .. 'meta', 'queued', 'accepted', 'popped', 'released',
     'expired', 'seq', 'seq0', 'capped', 'refetched', 'revisits', 'format')
-  if not m[11] then
-    crawl_gone() -- (at once: counts of nothing would say the crawl is done)
-  end
+  check_format(m[11]) -- (at once: counts of nothing would say the crawl is done)
   for i = 1, 10 do
     m[i] = tonumber(m[i] or '0')
   end

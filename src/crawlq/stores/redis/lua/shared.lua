@@ -240,15 +240,28 @@ local function use_keys(prefix)
     K_ACCEPTED, K_SEEN_AT, K_BLOCKS, K_POLICY, K_SEEN_B, K_L, K_I, K_DUE, K_R = unpack(names)
 end
 
--- A crawl whose keys vanished under its workers (a server restarted
--- without persistence, a FLUSHALL, a purge while they ran) must not go on
--- as an empty crawl that quietly lost its queue: its calls fail with
--- CRAWLGONE (crawlq raises CorruptStore). Every open crawl's meta holds
--- `format` (counters written since would not bring it back). Looked at
--- when the policies are read: a restarted server's first call, then once
--- every BOUND_MS; the lean add looks with the meta fields it reads anyway.
-local function crawl_gone()
-  error({ err = 'CRAWLGONE the keys of the crawl at ' .. P .. ' are gone' })
+-- The key format this library reads and writes (open.py FORMAT).
+local FORMAT = '9'
+
+-- Every open crawl's meta holds `format` (counters written since would not
+-- bring it back). A call of a crawl that has no format, or another one,
+-- fails instead of going on. No format: its keys vanished under its
+-- workers (a server restarted without persistence, a FLUSHALL, a purge
+-- while they ran), and an empty crawl would quietly have lost its queue
+-- (CRAWLGONE: crawlq raises CorruptStore). Another: a newer crawlq
+-- upgraded it in place while this one ran (CRAWLFORMAT: IncompatibleStore);
+-- a newer format must therefore be written BOUND_MS before its layout
+-- changes. Looked at when the policies are read (a restarted server's first
+-- call, then once every BOUND_MS); the lean add and the counts look with
+-- the meta fields they read anyway.
+local function check_format(format)
+  if format ~= FORMAT then
+    if not format then
+      error({ err = 'CRAWLGONE the keys of the crawl at ' .. P .. ' are gone' })
+    end
+    error({ err = 'CRAWLFORMAT ' .. format .. ': the crawl at ' .. P .. ' is in key format '
+      .. format .. ', not ' .. FORMAT })
+  end
 end
 
 -- The crawl's host policies into HOST_POLICY (see POLICIES): a table
@@ -257,9 +270,7 @@ end
 local function load_policies()
   local cached = POLICIES[P]
   if cached == nil or now() - cached[2] > BOUND_MS then
-    if redis.call('HEXISTS', K_META, 'format') == 0 then
-      crawl_gone()
-    end
+    check_format(redis.call('HGET', K_META, 'format'))
     local policies = {}
     local flat = redis.call('HGETALL', K_POLICY)
     for i = 1, #flat, 2 do

@@ -1,9 +1,11 @@
-"""A crawl whose keys vanish under its workers raises `CorruptStore`, never runs on empty.
+"""A crawl that vanishes or changes format under its workers stops them, loudly.
 
 A redis-server restarted without persistence, a FLUSHALL or a purge while
 workers run leaves them on a crawl that lost everything it held. crawlq
 must say so (CorruptStore from every call) instead of going on as an empty
 crawl whose workers pop nothing, count nothing queued and end as if done.
+A crawl a newer crawlq upgraded in place while older workers ran must stop
+them (IncompatibleStore) before they misread its new layout.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from importlib import resources
 from typing import Any
 
 import pytest
@@ -18,6 +21,7 @@ import redis
 
 import crawlq
 from crawlq import Request
+from crawlq.stores.redis import open as redis_open
 from crawlq.stores.redis import store as redis_store
 from tests.redis_server import StartServer
 
@@ -109,3 +113,35 @@ async def test_the_asyncio_scheduler_raises_it_to_its_workers(
                 await asyncio.wait_for(scheduler.get(), 15)
             with pytest.raises(crawlq.CorruptStore):
                 await asyncio.wait_for(scheduler.join(), 15)
+
+
+def test_a_crawl_upgraded_by_a_newer_crawlq_stops_the_older_workers(
+    redis_servers: StartServer,
+) -> None:
+    server = redis_servers()
+    url = f"{server.url}?crawl=upgraded"
+    frontier = crawlq.open_frontier(url, host_delay=0.0, ack_delay=0)
+    try:
+        frontier.add_many([f"https://{h}.example/" for h in "abcdef"])
+        held = frontier.pop()
+        assert held is not None
+        newer = str(redis_open.FORMAT + 1)
+        client = redis.Redis(port=server.port)
+        client.hset("crawlq:{upgraded}:meta", "format", newer)  # what its opener writes first
+        client.close()
+        time.sleep(LOOK_AGAIN)
+        for name, call in calls(frontier, held).items():
+            with pytest.raises(crawlq.IncompatibleStore) as raised:
+                call()
+            message = str(raised.value)
+            assert f"is now in key format {newer}" in message, (name, message)
+            assert "same crawlq version on every worker" in message, (name, message)
+    finally:
+        frontier.close()
+    with pytest.raises(crawlq.IncompatibleStore, match="newer than this crawlq"):
+        crawlq.open_frontier(url)
+
+
+def test_the_functions_and_the_opener_agree_on_the_key_format() -> None:
+    shared = resources.files("crawlq.stores.redis").joinpath("lua/shared.lua").read_text()
+    assert f"local FORMAT = '{redis_open.FORMAT}'" in shared
