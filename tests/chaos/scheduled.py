@@ -56,7 +56,7 @@ class AsyncSteps(Steps):
         before: Callable[[], None] | None = None,
     ) -> T:
         started = time.monotonic()
-        pause = 0.05
+        pauses = self.pauses()
         while True:
             if before is not None:
                 before()
@@ -64,15 +64,9 @@ class AsyncSteps(Steps):
                 return await call()
             except crawlq.LeaseError:
                 raise
-            except crawlq.CrawlqError as exc:
-                self.log("E", step, type(exc).__name__, one_line(exc))
             except Exception as exc:
-                self.foreign(step, exc)
-            if time.monotonic() - started > self.give_up:
-                self.log("G", step)
-                raise GiveUp(step)
-            await asyncio.sleep(pause * (0.5 + self.rng.random()))
-            pause = min(1.0, pause * 2)
+                self.failed(step, exc, started)
+            await asyncio.sleep(next(pauses))
 
 
 async def _page(
@@ -181,14 +175,7 @@ async def _crawl(
                     return 3
                 steps.foreign("worker", error or RuntimeError("a worker coroutine returned"))
     lookups.shutdown()
-    try:
-        frontier.close()
-    except crawlq.CrawlqError as exc:
-        log("E", "close", type(exc).__name__, one_line(exc))
-    except Exception as exc:
-        steps.foreign("close", exc)
-    log("D")
-    return 0
+    return steps.close(frontier)
 
 
 def crawl(

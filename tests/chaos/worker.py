@@ -71,7 +71,7 @@ import random
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 from urllib.parse import urlsplit
@@ -113,7 +113,7 @@ class Steps:
         self, step: str, call: Callable[[], T], before: Callable[[], None] | None = None
     ) -> T:
         started = time.monotonic()
-        pause = 0.05
+        pauses = self.pauses()
         while True:
             if before is not None:
                 before()
@@ -121,15 +121,36 @@ class Steps:
                 return call()
             except crawlq.LeaseError:
                 raise
-            except crawlq.CrawlqError as exc:
-                self.log("E", step, type(exc).__name__, one_line(exc))
             except Exception as exc:
-                self.foreign(step, exc)
-            if time.monotonic() - started > self.give_up:
-                self.log("G", step)
-                raise GiveUp(step)
-            time.sleep(pause * (0.5 + self.rng.random()))
+                self.failed(step, exc, started)
+            time.sleep(next(pauses))
+
+    def close(self, frontier: crawlq.Frontier) -> int:
+        """Close the frontier at the end of a crawl (a CrawlqError is logged); exit code 0."""
+        try:
+            frontier.close()
+        except crawlq.CrawlqError as exc:
+            self.log("E", "close", type(exc).__name__, one_line(exc))
+        except Exception as exc:
+            self.foreign("close", exc)
+        self.log("D")
+        return 0
+
+    def pauses(self) -> Iterator[float]:
+        """The waits between attempts: 50 ms doubling to 1 s, with jitter."""
+        pause = 0.05
+        while True:
+            yield pause * (0.5 + self.rng.random())
             pause = min(1.0, pause * 2)
+
+    def failed(self, step: str, exc: Exception, started: float) -> None:
+        """Log an attempt's error; exit on a foreign one, raise `GiveUp` once it is time."""
+        if not isinstance(exc, crawlq.CrawlqError):
+            self.foreign(step, exc)
+        self.log("E", step, type(exc).__name__, one_line(exc))
+        if time.monotonic() - started > self.give_up:
+            self.log("G", step)
+            raise GiveUp(step)
 
     def foreign(self, step: str, exc: BaseException) -> NoReturn:
         self.log(
@@ -352,14 +373,7 @@ def crawl(
                 log("K", url, "-")
         except crawlq.LeaseError as exc:
             log("L", url, one_line(exc))
-    try:
-        frontier.close()
-    except crawlq.CrawlqError as exc:
-        log("E", "close", type(exc).__name__, one_line(exc))
-    except Exception as exc:
-        steps.foreign("close", exc)
-    log("D")
-    return 0
+    return steps.close(frontier)
 
 
 if __name__ == "__main__":

@@ -42,6 +42,15 @@ def calls(frontier: crawlq.Frontier, held: crawlq.Request) -> dict[str, Callable
     }
 
 
+def working(url: str) -> tuple[crawlq.Frontier, crawlq.Request]:
+    """A worker's frontier on a crawl of six hosts, holding one request."""
+    frontier = crawlq.open_frontier(url, host_delay=0.0, ack_delay=0)
+    frontier.add_many([f"https://{h}.example/" for h in "abcdef"])
+    held = frontier.pop()
+    assert held is not None
+    return frontier, held
+
+
 def assert_gone(name: str, call: Callable[[], Any]) -> None:
     with pytest.raises(crawlq.CorruptStore) as raised:
         call()
@@ -55,11 +64,8 @@ def test_a_crawl_whose_keys_vanish_raises_corrupt_store_from_every_call(
 ) -> None:
     server = redis_servers()
     url = f"{server.url}?crawl=vanishing"
-    frontier = crawlq.open_frontier(url, host_delay=0.0, ack_delay=0)
+    frontier, held = working(url)
     try:
-        frontier.add_many([f"https://{h}.example/" for h in "abcdef"])
-        held = frontier.pop()
-        assert held is not None
         if how == "flushall":
             client = redis.Redis(port=server.port)
             client.flushall()
@@ -86,10 +92,8 @@ def test_a_server_restarted_without_persistence_fails_the_first_call_after(
 ) -> None:
     server = redis_servers()  # no appendonly, no snapshots
     url = f"{server.url}?crawl=amnesia"
-    with crawlq.open_frontier(url, host_delay=0.0, ack_delay=0) as frontier:
-        frontier.add_many([f"https://{h}.example/" for h in "abcdef"])
-        held = frontier.pop()
-        assert held is not None
+    frontier, held = working(url)
+    with frontier:
         server.restart(crash=True)
         for name, call in calls(frontier, held).items():
             assert_gone(name, call)
@@ -120,11 +124,8 @@ def test_a_crawl_upgraded_by_a_newer_crawlq_stops_the_older_workers(
 ) -> None:
     server = redis_servers()
     url = f"{server.url}?crawl=upgraded"
-    frontier = crawlq.open_frontier(url, host_delay=0.0, ack_delay=0)
+    frontier, held = working(url)
     try:
-        frontier.add_many([f"https://{h}.example/" for h in "abcdef"])
-        held = frontier.pop()
-        assert held is not None
         newer = str(redis_open.FORMAT + 1)
         client = redis.Redis(port=server.port)
         client.hset("crawlq:{upgraded}:meta", "format", newer)  # what its opener writes first
