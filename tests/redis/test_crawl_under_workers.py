@@ -23,6 +23,7 @@ import crawlq
 from crawlq import Request
 from crawlq.stores.redis import open as redis_open
 from crawlq.stores.redis import store as redis_store
+from crawlq.stores.redis.cluster import inspection as cluster_admin
 from tests.redis_server import StartServer
 
 #: A crawl's functions look for its keys at least this often (BOUND_MS).
@@ -85,6 +86,21 @@ def test_a_crawl_whose_keys_vanish_raises_corrupt_store_from_every_call(
         assert len(fresh) == 0
         assert fresh.add(Request("https://a.example/"))
         assert fresh.pop() is not None
+
+
+def test_a_cluster_crawl_purged_under_its_workers_raises_corrupt_store(
+    redis_cluster_url: str,
+) -> None:
+    url = f"{redis_cluster_url}?crawl=purged-under-workers"
+    frontier, held = working(url)
+    try:
+        assert cluster_admin.purge(url) > 0
+        time.sleep(LOOK_AGAIN)
+        for name, call in calls(frontier, held).items():
+            assert_gone(name, call)
+    finally:
+        frontier.close()
+    cluster_admin.purge(url)  # (what closing gave back, if it could)
 
 
 def test_a_server_restarted_without_persistence_fails_the_first_call_after(
