@@ -71,6 +71,9 @@ _TRANSIENT_REPLIES: Final = (
     # A server that cannot write its append-only file or its snapshot (a
     # full disk) refuses every change until a write succeeds again.
     "MISCONF",
+    # A primary with min-replicas-to-write refuses changes while too few
+    # replicas are connected (one restarting, lagging, cut off).
+    "NOREPLICAS",
 )
 
 
@@ -173,6 +176,13 @@ def translate(exc: BaseException, location: RedisURL, doing: str) -> StoreError:
             "before it is kept. Adds, pops and acks all wait for room: free space where the "
             "server keeps its files (CONFIG GET dir); it takes changes again once its next "
             "append-only write or snapshot succeeds. Then call again"
+        )
+    if code == "NOREPLICAS":
+        return StoreUnavailable(
+            f"Redis at {where} refused every change while {doing}, until the retries gave up "
+            f"({text}): its min-replicas-to-write wants more replicas connected than it has. "
+            "The call did nothing and everything accepted before it is kept; it may pass once "
+            "a replica is back (INFO replication): call again, or raise retry_timeout"
         )
     if isinstance(exc, NotPrimary) or code in _MOVING:
         return StoreUnavailable(
