@@ -88,6 +88,23 @@ def test_a_crawl_whose_keys_vanish_raises_corrupt_store_from_every_call(
         assert fresh.pop() is not None
 
 
+def test_what_a_call_left_of_a_vanished_crawl_is_refused_at_open_until_purged(
+    redis_servers: StartServer,
+) -> None:
+    server = redis_servers()
+    url = f"{server.url}?crawl=remnant"
+    # What a call made in the second before the workers noticed leaves: a
+    # request and its counters, no format.
+    client = redis.Redis(port=server.port)
+    client.hset("crawlq:{remnant}:meta", mapping={"seq": 1, "accepted": 1})
+    client.close()
+    with pytest.raises(crawlq.IncompatibleStore, match=r"no key format.*purge it"):
+        crawlq.open_frontier(url)
+    assert redis_store.purge(url) >= 1
+    with crawlq.open_frontier(url) as fresh:
+        assert fresh.add(Request("https://a.example/"))
+
+
 def test_a_cluster_crawl_purged_under_its_workers_raises_corrupt_store(
     redis_cluster_url: str,
 ) -> None:

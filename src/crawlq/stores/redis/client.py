@@ -207,7 +207,7 @@ def translate(exc: BaseException, location: RedisURL, doing: str) -> StoreError:
             "or FLUSHDB, or a purge while they ran), and with them what was queued, leased and "
             "seen. crawlq stops rather than go on as an empty crawl. Keep crawls on a server "
             "with appendonly yes; to start this one again, open it anew (crawlq purge it first "
-            "if opening then says its key format is unknown)"
+            "if opening then says it has no key format)"
         )
     if upper.startswith("CRAWLFORMAT"):
         stored = text.split()[1].rstrip(":") if len(text.split()) > 1 else "?"

@@ -185,6 +185,12 @@ def _check_stored(
 ) -> Dedup:
     fmt, lifo, bits, hashes, capacity, rate, timed = stored
     crawl, where = location.crawl, location.display
+    if not fmt:
+        raise IncompatibleStore(
+            f"crawl {crawl!r} at {where} has keys but no key format: what is left of a crawl "
+            "whose keys were lost while its workers ran (they raised CorruptStore), not a "
+            "crawl; purge it (crawlq purge URL) to start it again"
+        )
     if fmt != str(FORMAT):
         newer = fmt.isdigit() and int(fmt) > FORMAT
         raise IncompatibleStore(
