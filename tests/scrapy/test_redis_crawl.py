@@ -25,6 +25,7 @@ import redis
 import crawlq
 from crawlq.stores.redis import admin as redis_admin
 from crawlq.stores.redis import inspection as redis_inspection
+from tests.redis_server import StartServer
 
 from ._site import ServedSite
 from .conftest import CONCURRENT_REQUESTS, SCHEDULER, Crawl
@@ -120,6 +121,48 @@ def test_kill_9_on_redis_then_the_same_command_resumes(
     assert refetched <= CONCURRENT_REQUESTS, f"{refetched} re-fetches after kill -9"
     found = redis_inspection.inspect(crawl_url)
     assert (found.queued, found.leased, found.seen) == (0, 0, len(site.expected()))
+
+
+def test_an_outage_past_retry_timeout_closes_the_spider_and_the_same_command_resumes(
+    site: ServedSite, make_crawl: Any, redis_servers: StartServer
+) -> None:
+    # The server paused (SIGSTOP) for three times retry_timeout mid-crawl:
+    # the scheduler gives up, keeps what it holds un-acked and closes the
+    # spider (crawlq_store_error); run again, the crawl finishes.
+    server = redis_servers()
+    assert server.pid is not None
+    crawl = make_crawl(
+        {
+            "SCHEDULER": SCHEDULER,
+            "CRAWLQ_URL": f"{server.url}?crawl=outage&socket_timeout=0.3",
+            "CRAWLQ_OPTIONS": '{"retry_timeout": 1}',
+            "CRAWLQ_LEASE_TIMEOUT": "3",
+        }
+    )
+    process = crawl.start()
+    deadline = time.monotonic() + 120
+    while site.total() < len(site.expected()) // 4:
+        assert process.poll() is None, "the crawl ended early"
+        assert time.monotonic() < deadline, "the crawl did not get going"
+        time.sleep(0.005)
+    os.kill(server.pid, signal.SIGSTOP)
+    try:
+        time.sleep(3)
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+    stopped = crawl.finish(process)
+    assert stopped.data is not None and stopped.data["reason"] == "crawlq_store_error", (
+        stopped.stderr[-3000:]
+    )
+    assert "crawlq store failed" in stopped.stderr
+    assert sum(site.fetches().values()) < len(site.expected())
+
+    resumed = crawl.run()
+    assert_finished(resumed)
+    fetches = site.fetches()
+    assert set(fetches) == site.expected(), "a page was never fetched: a request was lost"
+    refetched = sum(count - 1 for count in fetches.values())
+    assert refetched <= CONCURRENT_REQUESTS, f"{refetched} re-fetches after the outage"
 
 
 def test_two_processes_share_one_crawl_and_fetch_every_page_once(
