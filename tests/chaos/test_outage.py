@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from aiohttp import web
 
 import crawlq
@@ -305,3 +306,30 @@ async def test_add_many_again_after_store_unavailable_stores_once_and_acks_once(
         final = frontier.stats()
     assert (final.queued, final.leased, final.seen) == (0, 0, 7)
     assert final.counters.acked == 7
+
+
+async def test_the_example_crawl_ends_with_an_error_when_its_crawl_vanishes(
+    redis_servers: StartServer, site: Site, short_retries: None
+) -> None:
+    """A FLUSHALL mid-crawl: the crawl raises (CorruptStore inside), never hangs or ends 'done'."""
+    server = redis_servers()
+    url = f"{server.url}?crawl=vanished&{SOCKET}"
+
+    async def flush() -> None:
+        client = redis.Redis(port=server.port)
+        try:
+            client.flushall()
+        finally:
+            client.close()
+
+    started = time.monotonic()
+    with pytest.raises(crawlq.CrawlqError) as raised:
+        await crawl_through(site, url, flush)
+    assert time.monotonic() - started < 30
+    error: BaseException | None = raised.value
+    chain = []
+    while error is not None:
+        chain.append(error)
+        error = error.__cause__ or error.__context__
+    assert any(isinstance(e, crawlq.CorruptStore) for e in chain), chain
+    assert sum(site.hits.values()) < len(site.expected())  # it did not go on as if empty
