@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import math
 import struct
-import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Final
@@ -50,12 +49,12 @@ from ...._errors import ConfigError, StoreError
 from ...._fingerprint import Fingerprinter
 from ...._policy import Policy
 from ...._recent import RecentlySeen
-from ...._request import Request
 from ...base import Entry, HostList, Refetch, StoreCounts, merge_hosts, sum_counts
 from ..client import redis_module
 from ..config import RedisURL, Settings, parse_url
 from ..store import OPTIONS as _REDIS_OPTIONS
 from ..store import RedisStore
+from .merge import ShardMerge
 from .shards import (
     ClusterClient,
     by_lease,
@@ -71,15 +70,7 @@ __all__ = ["OPTIONS", "ClusterStore", "open_store"]
 #: Options of the cluster store, besides the common ones.
 OPTIONS: Final = (*_REDIS_OPTIONS, "shards", "replicas")
 
-#: Seconds before a shard that had nothing ready is asked again (unless written
-#: to, or a delay ends sooner): how late this worker sees others' adds there.
-_POLL: Final = 0.5
 _HOST_CACHE: Final = 100_000  # hosts whose shard is remembered
-_LIFO_TOP: Final = 999_999_999_999_999  # ids: FIFO ones count up from 0, LIFO ones down
-_FIFO_IDS: Final = _LIFO_TOP // 2
-_REPEEK: Final = 0.25  # seconds between two looks at every shard's batch, known or not
-#: Requests a shard leases at least for pops a caller said follow (`ClusterStore.expect_pops`).
-_DEPTH: Final = 1
 
 
 def open_store(
@@ -110,7 +101,7 @@ def open_store(
     return store, location.display
 
 
-class ClusterStore:
+class ClusterStore(ShardMerge):
     """A frontier sharded by host over a Redis Cluster, shared by every process on its URL.
 
     Use `crawlq.open_frontier` with a ``redis+cluster://`` URL. See the module
@@ -160,7 +151,7 @@ class ClusterStore:
         self._idle = [False] * self._count
         # Each shard's next request as (-priority, id), while known: a shard
         # is asked (`RedisStore.peek`) again only once this worker took its
-        # head or wrote to it, and every _REPEEK seconds (stale batches, acks
+        # head or wrote to it, and every merge._REPEEK seconds (stale batches, acks
         # due to be written).
         self._known: list[tuple[int, int, bytes] | None] = [None] * self._count
         self._repeek_at = 0.0
@@ -293,81 +284,6 @@ class ClusterStore:
         if failure is not None:
             raise failure
 
-    def pop(self) -> Request | None:
-        best_k = -1
-        best: tuple[int, int, bytes] | None = None
-        now = time.monotonic()
-        if now >= self._repeek_at:
-            self._known = [None] * self._count
-            self._repeek_at = now + _REPEEK
-        known, due, shards = self._known, self._due, self._shards
-        for k in range(self._count):
-            key = known[k]
-            if key is None:
-                if due[k] > now:
-                    continue
-                if self._left is not None:
-                    self._expect(k)
-                head = shards[k].peek()
-                if head is None:
-                    self._asked_empty(k, now)
-                    continue
-                # Highest priority first; among equals, the host this worker
-                # holds fewest requests of (handed out, not yet acked), then
-                # the lower number: first in, first out (see add.lua).
-                lease = head._lease
-                held = self._held.get(lease[2], 0)  # type: ignore[index]
-                key = known[k] = (-head.priority, held, lease[0])  # type: ignore[index]
-            if best is None or key < best:
-                best, best_k = key, k
-        if best is None:
-            return None
-        known[best_k] = None
-        if self._left:
-            self._left -= 1
-        request = shards[best_k].take()
-        host = request._lease[2]  # type: ignore[index]
-        self._held[host] = self._held.get(host, 0) + 1
-        # Number this worker's next adds after every request it has seen.
-        n = int(best[2])
-        if n > _FIFO_IDS:
-            n = _LIFO_TOP - n  # a LIFO id counts down from the top
-        if n > self._mark:
-            self._mark = n
-        return request
-
-    def expect_pops(self, count: int | None) -> None:
-        """Have the next changing calls lease what ``count`` pops need, shard by shard.
-
-        `RedisStore.expect_pops` over shards: a shard's last call of a write,
-        and a shard the merge looks at again, lease its share of the pops
-        (``count`` over the shard count), at least its head (`_DEPTH`). Less,
-        few shards cost a call per two pops (3 shards: 0.6 calls a page, 0.3);
-        more is mostly given back when a write brings a better one (A1, 16
-        shards: 6.4% fewer server instructions). None: each guesses again.
-        """
-        self._left = None if count is None else min(count, self._prefetch)
-        for shard in self._shards:
-            shard.expect_pops(None)  # said for the caller's next calls only
-
-    def _expect(self, k: int) -> None:
-        """Tell shard ``k`` how many requests its next call leases (see `expect_pops`)."""
-        left = self._left
-        if left is not None:  # a share of the pops, at least its head
-            self._shards[k].expect_pops(min(left, max(_DEPTH, -(-left // self._count))))
-
-    def _touch(self, k: int) -> None:
-        """Shard ``k`` changed by this worker: ask it again at the next pop."""
-        self._due[k] = 0.0
-        self._known[k] = None
-
-    def _asked_empty(self, k: int, now: float) -> None:
-        """Note when shard ``k``, which had nothing ready, is worth asking again."""
-        wait = self._shards[k].next_ready_in()
-        self._idle[k] = wait is None
-        self._ready_at[k] = now + (wait or 0.0)
-        self._due[k] = now + (_POLL if wait is None else min(wait, _POLL))
-
     def ack(
         self, leases: Sequence[object], refetch: Sequence[Refetch | None] | None = None
     ) -> None:
@@ -422,20 +338,6 @@ class ClusterStore:
 
     def counts(self) -> StoreCounts:
         return sum_counts([shard.counts() for shard in self._shards])
-
-    def next_ready_in(self) -> float | None:
-        now = time.monotonic()
-        soonest: float | None = None
-        for k, shard in enumerate(self._shards):
-            if shard._buffer and not shard._stale():
-                return 0.0
-            if self._due[k] <= now:
-                self._asked_empty(k, now)
-            if self._idle[k]:
-                continue
-            wait = max(0.0, self._ready_at[k] - now)
-            soonest = wait if soonest is None else min(soonest, wait)
-        return soonest
 
     def seen(self, fingerprints: Sequence[bytes]) -> list[bool]:
         # A fingerprint's shard is its host's, which a fingerprint alone does
