@@ -141,6 +141,7 @@ class Workers:
         self.feed = feed
         self.fetch = fetch
         self.seed = seed
+        self.with_scheduler = True  # (see run's ``scheduler``)
         self.options = {**OPTIONS, **backend.options()}
         # Odd slots give up on the store after 1 s of crawlq's own retries, so
         # the faults reach them as StoreUnavailable (the worker's retries, of
@@ -199,7 +200,8 @@ class Workers:
 
     def scheduled(self, slot: int) -> bool:
         """Whether ``slot`` crawls through the asyncio Scheduler (the upper half of 4 or more)."""
-        return self.backend.workers >= 4 and slot >= self.backend.workers // 2
+        workers = self.backend.workers
+        return self.with_scheduler and workers >= 4 and slot >= workers // 2
 
     def _supervise(self) -> None:
         while not self.stopping.is_set():
@@ -289,12 +291,14 @@ def run(
     fetch: tuple[float, float] = (0.002, 0.010),
     drain_timeout: float | None = None,
     say: Any = None,
+    scheduler: bool = True,
 ) -> Report:
     """One chaos run of ``backend`` for ``seconds`` of faults; see the module docstring.
 
     ``size`` is the tree's URL count (default ``rate`` per second of faults);
     a tenth of them are seeds, fed over the first 90 % of the fault window,
-    so the crawl has work all through it.
+    so the crawl has work all through it. ``scheduler=False`` runs plain
+    workers only.
     """
     began = time.time()
     say = say or (lambda text: None)
@@ -317,6 +321,7 @@ def run(
         say(f"{backend}: store up in {report.setup_seconds:.1f} s, {size} URLs, seed {seed}")
         start = time.time()
         crew = Workers(store, tree, directory, (start + 0.5, start + 0.9 * seconds), fetch, seed)
+        crew.with_scheduler = scheduler
         crew.start()
         report.scheduler_workers = sum(map(crew.scheduled, range(store.workers)))
         _inject_faults(report, store, crew, rng, start, seconds, gap, say)
