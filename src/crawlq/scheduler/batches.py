@@ -136,14 +136,22 @@ class BatchedCalls:
                 add.future.set_exception(out.add_error)
         self._retry_writes(out)
         getters = self._getters
-        leased_at = time.monotonic()
-        for request in out.popped:
+        now, stale = time.monotonic(), False
+        for request, leased_at in zip(out.popped, out.popped_at, strict=True):
+            if now - leased_at > self._frontier.policy.lease_timeout / 2:
+                # A later pop of the batch waited out an outage (a failover):
+                # this lease may have ended meanwhile. Back, not out.
+                self._finish(request, done=False)
+                stale = True
+                continue
             while getters and getters[0].done():
                 getters.popleft()
             if getters:
                 getters.popleft().set_result(request)
             else:  # leased ahead, or its getter was cancelled meanwhile
                 self._ahead.append((request, leased_at))
+        if stale:
+            self._changed()  # the releases go out, and the getters ask again
         if out.pop_error is not None:
             while getters:
                 getter = getters.popleft()

@@ -33,6 +33,7 @@ import asyncio
 import concurrent.futures
 import functools
 import logging
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -110,6 +111,9 @@ class Outcome:
     unwritten_refetched: list[tuple[Lease, Refetch]] = field(default_factory=list)
     write_error: CrawlqError | None = None
     popped: list[Request] = field(default_factory=list)
+    #: When each of ``popped`` was popped (monotonic): a later pop of the
+    #: batch may wait out an outage before the batch hands them out.
+    popped_at: list[float] = field(default_factory=list)
     pop_error: CrawlqError | None = None
     ready_in: float | None = None
     counts: tuple[int, int] | None = None
@@ -171,12 +175,13 @@ def run_batch(frontier: Frontier, batch: Batch) -> Outcome:
             except CrawlqError as exc:
                 out.unwritten_refetched, out.write_error = batch.refetched, exc
         try:
-            popped = out.popped
+            popped, popped_at = out.popped, out.popped_at
             for _ in range(batch.pops + batch.ahead):
                 request = frontier.pop()
                 if request is None:
                     break
                 popped.append(request)
+                popped_at.append(time.monotonic())
             if batch.ready and len(popped) < batch.pops:
                 out.ready_in = frontier.next_ready_in()
         except CrawlqError as exc:
