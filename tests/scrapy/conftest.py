@@ -133,6 +133,16 @@ class Crawl:
     def run(self, timeout: float = 120) -> Result:
         return self.finish(self.start(), timeout)
 
+    def start_until(self, share: float, timeout: float = 120) -> subprocess.Popen[str]:
+        """Start the crawl and return once ``share`` of the site is fetched (it runs on)."""
+        process = self.start()
+        deadline = time.monotonic() + timeout
+        while self.site.total() < len(self.site.expected()) * share:
+            assert process.poll() is None, "the crawl ended early"
+            assert time.monotonic() < deadline, "the crawl did not get going"
+            time.sleep(0.005)
+        return process
+
     def interrupt_halfway(self, sig: signal.Signals, timeout: float = 120) -> Result:
         """Start the crawl, send ``sig`` once half the site is fetched, wait for the end."""
         process = self.start()

@@ -163,14 +163,9 @@ def test_paused_server_falls_back_to_memory_and_the_crawl_finishes(
     server: RedisServer = redis_servers()
     url = server.url + "?socket_timeout=0.3&socket_connect_timeout=0.3"
     crawl = make_crawl(_settings(url, tmp_path / "job", SCRAPY_PRIORITY))
-    process = crawl.start()
     assert server.pid is not None
+    process = crawl.start_until(0.25)
     try:
-        deadline = time.monotonic() + 120
-        while site.total() < len(site.expected()) // 4:
-            assert process.poll() is None, "the crawl ended early"
-            assert time.monotonic() < deadline, "the crawl did not get going"
-            time.sleep(0.005)
         os.kill(server.pid, signal.SIGSTOP)
         time.sleep(3)
     finally:
@@ -194,12 +189,7 @@ def test_a_full_disk_falls_back_to_memory_and_the_crawl_finishes(
         server.start()
         try:
             crawl = make_crawl(_settings(server.url, tmp_path / "job", SCRAPY_PRIORITY))
-            process = crawl.start()
-            deadline = time.monotonic() + 120
-            while site.total() < len(site.expected()) // 4:
-                assert process.poll() is None, "the crawl ended early"
-                assert time.monotonic() < deadline, "the crawl did not get going"
-                time.sleep(0.005)
+            process = crawl.start_until(0.25)
             disk.fill()
             time.sleep(3)
             disk.free()
