@@ -136,9 +136,11 @@ class BatchedCalls:
                 add.future.set_exception(out.add_error)
         self._retry_writes(out)
         getters = self._getters
-        now, stale = time.monotonic(), False
+        # Popped before this, a request's lease may have ended (see below).
+        oldest = time.monotonic() - self._frontier.policy.lease_timeout / 2
+        stale = False
         for request, leased_at in zip(out.popped, out.popped_at, strict=True):
-            if now - leased_at > self._frontier.policy.lease_timeout / 2:
+            if leased_at < oldest:
                 # A later pop of the batch waited out an outage (a failover):
                 # this lease may have ended meanwhile. Back, not out.
                 self._finish(request, done=False)
