@@ -117,3 +117,72 @@ def test_a_paused_server_never_stalls_the_event_loop(
     with crawlq.open_frontier(url) as frontier:
         stats = frontier.stats()
         assert (stats.queued, stats.leased) == (0, 0)
+
+
+def test_a_scheduler_made_while_the_server_is_paused_waits_on_its_thread_not_the_loop(
+    redis_servers: StartServer,
+) -> None:
+    # The docs' `async with Scheduler(frontier)` during an outage: it must
+    # neither block the event loop nor fail; the crawl goes on once the
+    # server is back. (It read the counts on the loop, and raised
+    # StoreUnavailable after retry_timeout.)
+    server = redis_servers()
+    pid = server.pid
+    assert pid is not None
+    url = f"{server.url}?crawl=made-paused&socket_timeout=0.3"
+    with crawlq.open_frontier(url, retry_timeout=2, host_delay=0.0) as frontier:
+        frontier.add(Request("https://a.example/1"))
+
+        async def main() -> tuple[float, Request]:
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                started = time.monotonic()
+                scheduler = Scheduler(frontier)
+                made_in = time.monotonic() - started
+                getter = asyncio.create_task(scheduler.get())
+                await asyncio.sleep(1.0)
+                assert not getter.done()
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            request = await asyncio.wait_for(getter, 30)
+            scheduler.task_done(request)
+            await asyncio.wait_for(scheduler.join(), 30)
+            await scheduler.close()
+            return made_in, request
+
+        made_in, request = asyncio.run(main())
+        assert made_in < 0.05, f"Scheduler() took {made_in:.2f} s on the event loop"
+        assert request.url == "https://a.example/1"
+        assert frontier.stats().counters.acked == 1
+
+
+def test_a_bounded_scheduler_waits_for_its_first_counts_and_an_outage_raises_not_hangs(
+    redis_servers: StartServer,
+) -> None:
+    server = redis_servers()
+    pid = server.pid
+    assert pid is not None
+    url = f"{server.url}?crawl=bounded-paused&socket_timeout=0.3"
+    with crawlq.open_frontier(url, retry_timeout=1, host_delay=0.0) as frontier:
+        frontier.add_many([Request(f"https://a.example/{n}") for n in range(3)])
+
+        async def main() -> None:
+            scheduler = Scheduler(frontier, maxsize=3)
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                # The counts cannot be read: the add raises the store's error.
+                with pytest.raises(crawlq.StoreUnavailable):
+                    await asyncio.wait_for(scheduler.add("https://b.example/0"), 20)
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            # Three queued, maxsize 3: the add waits for room, a get makes it.
+            adding = asyncio.create_task(scheduler.add("https://b.example/1"))
+            await asyncio.sleep(0.5)
+            assert not adding.done()
+            request = await asyncio.wait_for(scheduler.get(), 10)
+            assert await asyncio.wait_for(adding, 10) is True
+            scheduler.task_done(request)
+            await scheduler.close()
+
+        asyncio.run(main())
+        assert frontier.stats().queued == 3  # two of the first three and b/1

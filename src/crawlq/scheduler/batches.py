@@ -29,10 +29,12 @@ class BatchedCalls:
     _thread: StoreThread | None
     _getters: deque[asyncio.Future[Request | None]]
     _joiners: deque[asyncio.Future[None]]
+    _adders: deque[asyncio.Future[None]]
     _look: bool
     _want_counts: bool
     _queued: int
     _leased: int
+    _counts_known: bool
     _counts_read: int
     _holdings: Holdings
     _ahead: deque[tuple[Request, float]]
@@ -114,6 +116,7 @@ class BatchedCalls:
         """Refresh the counts ``maxsize`` is checked against (under the frontier's lock)."""
         if self._thread is not None and self._maxsize > 0:
             self._queued, self._leased = self._frontier._counts()
+            self._counts_known = True
             self._counts_read += 1  # a batch in flight now brings older counts
 
     def _fail(self, batch: Batch, exc: Exception) -> None:
@@ -161,13 +164,20 @@ class BatchedCalls:
                     getter.set_exception(out.pop_error)
         if out.counts is not None and batch.counts_read == self._counts_read:
             self._queued, self._leased = out.counts
+            self._counts_known = True
         if out.popped or out.counts is not None:
             self._wake_adders()
         if out.counts_error is not None:
-            while self._joiners:
-                joiner = self._joiners.popleft()
-                if not joiner.done():
-                    joiner.set_exception(out.counts_error)
+            waiting = list(self._joiners)
+            self._joiners.clear()
+            if not self._counts_known:
+                # Adders waiting for the first counts would wait for a batch
+                # that may never come: they get the store's error instead.
+                waiting += self._adders
+                self._adders.clear()
+            for future in waiting:
+                if not future.done():
+                    future.set_exception(out.counts_error)
         elif out.counts is not None and not (self._thread and self._thread.pending):
             self._check_idle()  # nothing left to write: the counts are the truth
         if batch.ready and getters:

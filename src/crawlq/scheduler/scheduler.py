@@ -123,12 +123,16 @@ class Scheduler(Finishes, Waiting, BatchedCalls, WorkerWatch):
         self._look = False  # the frontier may have changed: pop for waiting getters
         self._want_counts = False
         self._queued = self._leased = 0  # counts read by the latest batch
+        self._counts_known = False  # until the first batch (or add_nowait) reads them
         self._counts_read = 0  # times the counts were read on the loop's thread
         # Requests leased ahead, with when (see _take_ahead).
         self._ahead: deque[tuple[Request, float]] = deque()
         if frontier.durable or frontier.shared:
+            # Counts are read by the store thread's first batch, not here: the
+            # constructor runs on the event loop, which a store call would
+            # block (up to retry_timeout in an outage) and which it would
+            # fail with StoreUnavailable.
             self._thread = StoreThread(frontier, self)
-            self._queued, self._leased = frontier._counts()
 
     @property
     def frontier(self) -> Frontier:
@@ -156,6 +160,10 @@ class Scheduler(Finishes, Waiting, BatchedCalls, WorkerWatch):
         if self._maxsize <= 0:
             return False
         if self._thread is not None:
+            if not self._counts_known:  # ask the next batch; wait for its counts
+                self._want_counts = True
+                self._thread.kick()
+                return True
             return self._queued >= self._maxsize  # as the latest batch read it
         return self._frontier.stats().queued >= self._maxsize
 
