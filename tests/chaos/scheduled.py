@@ -87,6 +87,7 @@ async def _page(
     except crawlq.LeaseError as exc:
         log("L", url, one_line(exc))
         return
+    log.unsent(scheduler.frontier)
     log("K", url, "".join("1" if ok else "0" for ok in added) if links else "-", tag)
 
 

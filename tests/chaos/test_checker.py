@@ -146,3 +146,22 @@ def test_a_scheduler_workers_long_get_is_no_excuse_for_a_lease_handed_out_twice(
     plain = judge(tmp_path, ["O 99.0 1", *plain_log], backend="redis")
     assert not plain.violations["a lease handed out twice"], plain.samples
     assert plain.refetched["expiry"] == 1
+
+
+def test_a_killed_workers_uncounted_refusals_loosen_only_the_duplicates_lower_bound(
+    tmp_path: Path,
+) -> None:
+    # The seeds added twice: the second time all four are duplicates, three of
+    # them refused by the worker's recently-seen set and not yet counted by
+    # the store (sent once a second) when the worker's log ends.
+    lines = crawl([0, 1, 2, 3])
+    again = ["s 99.15 0 4", "S 99.2 0 4 0000"]
+    counted = Counters(accepted=4, popped=4, acked=4, duplicates=1)
+    short = SimpleNamespace(queued=0, leased=0, seen=4, counters=counted)
+    plain = judge(tmp_path, [*lines[:3], *again, *lines[3:]], backend="redis", stats=short)
+    assert plain.stats_mismatches and "of which 0" in plain.stats_mismatches[0]
+    told = [*lines[:3], *again, "u 99.2 3", *lines[3:]]
+    assert judge(tmp_path, told, backend="redis", stats=short).ok
+    fewer = Counters(accepted=4, popped=4, acked=4, duplicates=0)
+    below = SimpleNamespace(queued=0, leased=0, seen=4, counters=fewer)
+    assert judge(tmp_path, told, backend="redis", stats=below).stats_mismatches

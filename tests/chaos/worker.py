@@ -31,6 +31,11 @@ The log
         a <t> <url>                      an attempt to ack <url> begins (with its links)
         K <t> <url> <bits>               that ack returned; <bits>, one per link:
                                          1 accepted, 0 duplicate ("-": no links)
+        u <t> <n>                        (before a K, when n changed) the links
+                                         refused by the frontier's recently-seen
+                                         set that the store has not counted yet
+                                         (it sends them once a second; a kill
+                                         loses them from the duplicates counter)
         s <t> <first> <end>              an attempt to add seeds first..end-1 begins
         S <t> <first> <end> <bits>       it returned
         E <t> <step> <Type> <message>    a CrawlqError, caught; the step is retried
@@ -88,6 +93,7 @@ _SEED_CHUNK = 200
 class Log:
     def __init__(self, path: str) -> None:
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._unsent = 0
 
     def __call__(self, tag: str, *fields: object) -> None:
         line = " ".join([tag, f"{time.time():.6f}", *map(str, fields)])
@@ -95,6 +101,20 @@ class Log:
 
     def raw(self, line: str) -> None:
         os.write(self._fd, (line + "\n").encode())
+
+    def unsent(self, frontier: crawlq.Frontier) -> None:
+        """Log a ``u`` line if the frontier's uncounted refusals changed.
+
+        White-box on purpose: the count is the frontier's private state, and
+        the checker needs it to bound the store's duplicates counter after a
+        kill. Logged before the ``K`` line it covers, so a kill between the
+        two only loosens the bound.
+        """
+        recent = frontier._recent
+        count = 0 if recent is None else recent.hits
+        if count != self._unsent:
+            self._unsent = count
+            self("u", count)
 
 
 class GiveUp(Exception):
@@ -129,6 +149,7 @@ class Steps:
         """Close the frontier at the end of a crawl (a CrawlqError is logged); exit code 0."""
         try:
             frontier.close()
+            self.log.unsent(frontier)  # sent by the close
         except crawlq.CrawlqError as exc:
             self.log("E", "close", type(exc).__name__, one_line(exc))
         except Exception as exc:
@@ -367,6 +388,7 @@ def crawl(
                     lambda r=request, c=links: frontier.add_many(c, ack=r),
                     lambda u=url: log("a", u),
                 )
+                log.unsent(frontier)
                 log("K", url, "".join("1" if ok else "0" for ok in added))
             else:
                 steps("ack", lambda r=request: frontier.ack(r), lambda u=url: log("a", u))
