@@ -14,6 +14,7 @@ there word for word.
 from __future__ import annotations
 
 import ast
+import asyncio
 import http.server
 import os
 import re
@@ -138,6 +139,7 @@ def test_every_python_block_is_covered() -> None:
         "docs/controls.md: Crawl again after a while",
         "docs/controls.md: React to a 429 in an asyncio crawler",
         "docs/crawlee.md: Use",
+        "docs/crawlee.md: What is durable",
         "docs/getting-started.md: A 20-line crawler",
         "docs/retries.md: Not before",
         "docs/retries.md: Retry with backoff",
@@ -226,6 +228,26 @@ def test_the_crawlee_block_is_the_example_file_word_for_word() -> None:
     (code,) = [code for section, code in PYTHON if section == "docs/crawlee.md: Use"]
     assert "RequestManager.open(" in code and "request_manager=manager" in code
     assert code in (ROOT / "examples" / "crawlee_crawl.py").read_text()
+
+
+def test_the_crawlee_redis_block_opens_a_manager_on_a_real_server(redis_url: str) -> None:
+    pytest.importorskip("crawlee", reason="pip install 'crawlq[crawlee]'")
+    (code,) = [code for section, code in PYTHON if section == "docs/crawlee.md: What is durable"]
+    assert "redis://127.0.0.1:6379/0?crawl=shop&socket_timeout=2" in code
+    code = code.replace("redis://127.0.0.1:6379/0?crawl=shop", f"{redis_url}?crawl=docs-crawlee")
+    body = "".join(f"    {line}\n" for line in code.splitlines())
+    source = (
+        "from crawlq.contrib.crawlee import RequestManager\n"
+        f"async def main():\n{body}"
+        "    try:\n"
+        "        return manager._frontier.policy.lease_timeout, manager._frontier.url\n"
+        "    finally:\n"
+        "        await manager.close()\n"
+    )
+    namespace: dict[str, Any] = {}
+    exec(compile(source, "docs/crawlee.md", "exec"), namespace)
+    lease_timeout, url = asyncio.run(namespace["main"]())
+    assert lease_timeout == 120 and "crawl=docs-crawlee" in url
 
 
 def test_the_cli_synopsis_lists_every_command_and_option() -> None:

@@ -22,6 +22,11 @@ from aiohttp import web
 
 pytest.importorskip("crawlee", reason="pip install 'crawlq[crawlee]'")
 
+# The real crawls' fixtures (tests/crawlee/_workers.py): the four-host site, the workers.
+from ._workers import loopback, workers
+
+__all__ = ["loopback", "workers"]
+
 ADDRESSES = ("127.0.0.2", "127.0.0.3")
 PAGES = 6
 

@@ -1,7 +1,8 @@
 """One crawlee crawl on a crawlq frontier, for tests/crawlee/test_crawls.py (run as a subprocess).
 
     python -m tests.crawlee.crawl_worker FRONTIER_URL --seed URL --log FILE
-        [--delay S] [--host-concurrency N] [--concurrency N] [--go FILE]
+        [--delay S] [--host-concurrency N] [--concurrency N] [--options JSON]
+        [--go FILE]
 
 crawlee's ParselCrawler (no browser) follows every link (``strategy="all"``)
 from the seeds, with `crawlq.contrib.crawlee.RequestManager` on
@@ -75,7 +76,10 @@ class LoggedManager(RequestManager):
 
 async def crawl(args: argparse.Namespace) -> int:
     manager = await LoggedManager.open(
-        args.frontier, host_delay=args.delay, host_concurrency=args.host_concurrency or None
+        args.frontier,
+        host_delay=args.delay,
+        host_concurrency=args.host_concurrency or None,
+        **json.loads(args.options),
     )
     handled = 0
     try:
@@ -119,6 +123,7 @@ def main() -> None:
     parser.add_argument("--delay", type=float, default=0.0, help="host_delay, seconds")
     parser.add_argument("--host-concurrency", type=int, default=1, help="0: no limit")
     parser.add_argument("--concurrency", type=int, default=4, help="crawlee's tasks")
+    parser.add_argument("--options", default="{}", help="more frontier options, as JSON")
     parser.add_argument("--go", default=None, help="wait for this file before crawling")
     args = parser.parse_args()
     LOG = EventLog(args.log)
