@@ -501,6 +501,8 @@ async def test_join_says_so_when_every_worker_is_gone(
         assert not joiner.done()
         warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
         assert any("join() waits for new workers" in m for m in warnings), warnings
+        # The cancelled worker's request went back: both queued, none in flight.
+        assert any("2 requests are queued, 0 in flight" in m for m in warnings), warnings
         joiner.cancel()
 
 

@@ -142,6 +142,7 @@ class WorkerWatch:
 
         def _changed(self) -> None: ...
         def _busy(self) -> bool: ...
+        def _known_counts(self) -> tuple[int, int]: ...
 
     def _on_worker_end(self, failure: WorkerFailed | None, released: bool) -> None:
         """A task that took requests ended (see `Holdings`): wake whoever must know."""
@@ -169,12 +170,13 @@ class WorkerWatch:
 
     def _warn_unattended(self) -> None:
         if self._unattended():
-            stats = self._frontier.stats()
+            # Not a store call: this runs on the event loop.
+            queued, leased = self._known_counts()
             logger.warning(
                 "every task that took requests from the scheduler has ended, and %d "
                 "requests are queued, %d in flight: join() waits for new workers",
-                stats.queued,
-                stats.leased,
+                queued,
+                leased,
             )
 
     def _fail_joiners(self) -> None:

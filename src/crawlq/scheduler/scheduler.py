@@ -397,11 +397,14 @@ class Scheduler(Finishes, Waiting, BatchedCalls, WorkerWatch):
             if self._thread is not None:
                 return
 
-    def _busy(self) -> bool:
+    def _known_counts(self) -> tuple[int, int]:
+        """Queued and leased: as the latest batch read them, with a store thread."""
         if self._thread is not None:
-            queued, leased = self._queued, self._leased
-        else:
-            queued, leased = self._frontier._counts()
+            return self._queued, self._leased
+        return self._frontier._counts()
+
+    def _busy(self) -> bool:
+        queued, leased = self._known_counts()
         return leased > 0 if self._closed else queued + leased > 0
 
     def _check_idle(self) -> None:
