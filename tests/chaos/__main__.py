@@ -88,6 +88,11 @@ def render(reports: list[Report], args: argparse.Namespace, total: float, top: P
                 f"; {r.scheduler_workers} of them through the asyncio Scheduler, "
                 f"{SCHEDULER_COROUTINES} coroutines each"
             )
+        elif r.scheduler_processes:
+            workers += (
+                f"; every other process ({r.scheduler_processes}) through the asyncio "
+                f"Scheduler, {SCHEDULER_COROUTINES} coroutines each"
+            )
         rows = [
             ("verdict", "**all invariants hold**" if r.ok else "**FAILED**"),
             ("seed", str(r.seed)),

@@ -39,12 +39,11 @@ from tests.chaos.tree import Tree
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: The crawl's options on every backend (the previous manual run's).
 #: Coroutines of each worker process that crawls through the asyncio
 #: Scheduler (`tests.chaos.scheduled`): the upper half of the slots when a
 #: backend runs 4 or more, so both the plain loop and the Scheduler's store
 #: thread, batches and leases ahead meet every fault (odd slots of each kind
-#: with the short retry_timeout).
+#: with the short retry_timeout); with fewer, every other process of a slot.
 SCHEDULER_COROUTINES = 8
 
 OPTIONS: dict[str, Any] = {
@@ -65,8 +64,11 @@ class Report:
     tree: Tree
     workers: int
     options: dict[str, Any]
-    #: Of ``workers``, how many crawl through the asyncio Scheduler.
+    #: Of ``workers``, how many crawl through the asyncio Scheduler (4 or more).
     scheduler_workers: int = 0
+    #: Processes started that crawled through the Scheduler (every other one
+    #: of a slot, with fewer than 4 workers).
+    scheduler_processes: int = 0
     faults: list[Fault] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
     processes: list[Process] = field(default_factory=list)
@@ -142,6 +144,7 @@ class Workers:
         self.fetch = fetch
         self.seed = seed
         self.with_scheduler = True  # (see run's ``scheduler``)
+        self.scheduler_processes = 0  # processes started with --scheduler
         self.options = {**OPTIONS, **backend.options()}
         # Odd slots give up on the store after 1 s of crawlq's own retries, so
         # the faults reach them as StoreUnavailable (the worker's retries, of
@@ -182,8 +185,9 @@ class Workers:
             "--until",
             str(self.over),
         ]
-        if self.scheduled(slot):
+        if self.scheduled(slot, sum(1 for p in self.processes if p.slot == slot)):
             args += ["--scheduler", str(SCHEDULER_COROUTINES)]
+            self.scheduler_processes += 1
         if slot == 0:
             args += ["--feed", f"{self.feed[0]:.6f}", f"{self.feed[1]:.6f}", str(self.flag)]
         with open(stderr, "wb") as err:
@@ -198,10 +202,17 @@ class Workers:
         self.processes.append(proc)
         self.running[slot] = (popen, proc)
 
-    def scheduled(self, slot: int) -> bool:
-        """Whether ``slot`` crawls through the asyncio Scheduler (the upper half of 4 or more)."""
+    def scheduled(self, slot: int, before: int = 0) -> bool:
+        """Whether a process in ``slot`` crawls through the asyncio Scheduler.
+
+        With 4 slots or more, those of the upper half do. With fewer (a
+        SQLite job has one worker), every other process of a slot does:
+        ``before`` is how many the slot had already (its first is plain).
+        """
         workers = self.backend.workers
-        return self.with_scheduler and workers >= 4 and slot >= workers // 2
+        if not self.with_scheduler:
+            return False
+        return slot >= workers // 2 if workers >= 4 else before % 2 == 1
 
     def _supervise(self) -> None:
         while not self.stopping.is_set():
@@ -323,7 +334,8 @@ def run(
         crew = Workers(store, tree, directory, (start + 0.5, start + 0.9 * seconds), fetch, seed)
         crew.with_scheduler = scheduler
         crew.start()
-        report.scheduler_workers = sum(map(crew.scheduled, range(store.workers)))
+        if store.workers >= 4:
+            report.scheduler_workers = sum(map(crew.scheduled, range(store.workers)))
         _inject_faults(report, store, crew, rng, start, seconds, gap, say)
         report.fault_window = time.time() - start
         crew.over.write_text("over\n")
@@ -340,6 +352,7 @@ def run(
         if crew is not None:
             crew.stop()
             report.processes = crew.processes
+            report.scheduler_processes = crew.scheduler_processes
         store.stop()
     with contextlib.suppress(OSError):  # for checking the logs again by hand
         (directory / "processes.json").write_text(

@@ -66,3 +66,5 @@ def test_a_short_chaos_run_keeps_every_invariant(backend: str, tmp_path: Path) -
         scheduler=backend not in PLAIN_ONLY,
     )
     assert_clean(report)
+    if backend not in PLAIN_ONLY:
+        assert report.scheduler_workers or report.scheduler_processes, "no Scheduler worker ran"
