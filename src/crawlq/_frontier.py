@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, overload
 
@@ -306,6 +306,17 @@ class Frontier(EntryChecks, Finishing, HostControls):
         expect = getattr(self._store, "expect_pops", None)
         if expect is not None:
             expect(count)
+
+    def _on_store_fault(self, forget: Callable[[], None]) -> None:
+        """Call ``forget`` when the store meets a fault that may have lost writes.
+
+        For caches of what the store answered (the Scrapy scheduler's):
+        Redis calls it on a lost connection, a timeout or a failover; the
+        other stores never lose acknowledged writes, and never call it.
+        """
+        register = getattr(self._store, "on_fault", None)
+        if register is not None:
+            register(forget)
 
     def _counts(self) -> tuple[int, int]:
         """Requests to hand out (queued, or scheduled but revisits) and leased (for `Scheduler`).

@@ -11,7 +11,9 @@ recorded it, and the store keeps a fingerprint until ``forget()`` (a crawl
 whose dedup expires, ``seen_ttl``, gets no such set). A `forget` through this
 frontier drops the fingerprints here too; one made by another process reaches
 this one when the fingerprint leaves this set: at most `TTL` seconds after it
-entered. Two generations of at most `SIZE` / 2 fingerprints each, the older
+entered. A fault on the store's connection (see ``Link.on_fault`` in the
+Redis store) empties the set: the server may have lost the writes it learnt
+from. Two generations of at most `SIZE` / 2 fingerprints each, the older
 dropped every `TTL` / 2 seconds or when the newer fills: no time is kept per
 fingerprint, and a lookup is one or two dict probes (`Generations`, which the
 Scrapy scheduler's own set uses too).
@@ -79,6 +81,10 @@ class Generations:
         new[fingerprint] = None
         if len(new) >= self._half:
             self._turn()
+
+    def clear(self) -> None:
+        """Drop every fingerprint (the store they were learnt from may have lost them)."""
+        self._new, self._old = {}, {}
 
     def discard(self, fingerprints: Iterable[bytes]) -> None:
         """Drop these fingerprints."""

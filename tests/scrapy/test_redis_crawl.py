@@ -160,6 +160,35 @@ def test_an_outage_past_retry_timeout_closes_the_spider_and_the_same_command_res
     assert refetched <= CONCURRENT_REQUESTS, f"{refetched} re-fetches after the outage"
 
 
+def test_a_server_back_on_an_older_snapshot_mid_crawl_loses_no_page(
+    site: ServedSite, make_crawl: Any, redis_servers: StartServer
+) -> None:
+    # Redis may lose writes it acknowledged (appendfsync everysec, a failover
+    # to a replica behind, a restore): the crawl is then as it was earlier,
+    # and the pages whose acks were lost come back and yield their links
+    # again. The scheduler must store them, not refuse them from its memory
+    # of the lost state (its recently-seen set: emptied on the fault).
+    server = redis_servers()
+    crawl = make_crawl(
+        {
+            "SCHEDULER": SCHEDULER,
+            "CRAWLQ_URL": f"{server.url}?crawl=snapshot&socket_timeout=1",
+            "CRAWLQ_LEASE_TIMEOUT": "3",
+        }
+    )
+    process = crawl.start_until(0.25)
+    redis.Redis.from_url(server.url).save()
+    deadline = time.monotonic() + 60
+    while site.total() < len(site.expected()) // 2:
+        assert process.poll() is None, "the crawl ended early"
+        assert time.monotonic() < deadline, "the crawl did not get halfway"
+        time.sleep(0.005)
+    server.restart(crash=True)  # back to the snapshot taken a quarter in
+    result = crawl.finish(process)
+    assert_finished(result)
+    assert set(site.fetches()) == site.expected(), "a page was never fetched: a request was lost"
+
+
 def test_two_processes_share_one_crawl_and_fetch_every_page_once(
     site: ServedSite, crawl_url: str, tmp_path: Path
 ) -> None:

@@ -242,8 +242,10 @@ class Scheduler(OffPathReports, BaseScheduler):
         except BaseException:
             store.close()
             raise
-        # A crawl whose dedup expires (seen_ttl) may take a fingerprint again.
+        # A crawl whose dedup expires (seen_ttl) may take a fingerprint again;
+        # a Redis server that may have lost writes forgets them here too.
         self._recent = RecentlySeen(enabled=store.policy.seen_ttl is None)
+        store._on_store_fault(self._recent.clear)
         self._frontiers = Frontiers(
             store,
             config,

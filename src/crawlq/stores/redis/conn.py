@@ -71,6 +71,12 @@ class Link:
         self._wait = pack([b"WAIT", b"%d" % replicas, b"1000"])
         self._pid = os.getpid()
         self._conn: Any = None
+        #: Called when a call meets a transient failure (a lost connection, a
+        #: timeout, a failover's redirect) or a server that lost its library:
+        #: the server may have lost writes it had acknowledged (a crash with
+        #: appendfsync everysec, a failover to a replica behind, a restart
+        #: from an older snapshot), so what was remembered of them must go.
+        self.on_fault: Callable[[], None] | None = None
 
     def _follow(self) -> None:
         """Talk to the node that serves this link's keys now, if it moved.
@@ -126,6 +132,8 @@ class Link:
                     return round_trip(conn, packed)
                 return self._confirmed(conn, round_trip(conn, packed + self._wait, 2), doing)
             except (errors.RedisError, NotPrimary) as exc:
+                if self.on_fault is not None and (is_transient(exc) or _lost_library(exc)):
+                    self.on_fault()
                 if _lost_library(exc) and not reloaded:
                     # A restarted server without persistence forgot the library.
                     self.load_library(doing)
@@ -249,6 +257,8 @@ class Link:
                 # A failed reply mid-way leaves others unread: start afresh.
                 if conn is not None:
                     conn.disconnect()
+                if self.on_fault is not None and is_transient(exc):
+                    self.on_fault()
                 if not is_transient(exc) or time.monotonic() + wait > deadline:
                     raise translate(exc, self.location, doing) from None
                 time.sleep(wait)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..._recent import RecentlySeen
@@ -128,6 +128,7 @@ class WorkerCounts:
         _host_accepted_at: float
         _prefix: bytes
         _link: Link
+        _fault_listeners: list[Callable[[], None]]
 
     def recent_seen(self) -> RecentlySeen | None:
         """The fingerprints the frontier may refuse without a call (see ``crawlq._recent``).
@@ -141,7 +142,23 @@ class WorkerCounts:
             return None
         if self._recent is None:
             self._recent = RecentlySeen(capped=self._host_accepted is None)
+            self.on_fault(self._recent.clear)
         return self._recent
+
+    def on_fault(self, forget: Callable[[], None]) -> None:
+        """Call ``forget`` each time a call meets a fault that may have lost writes.
+
+        A lost connection, a timeout or a failover may mean the server lost
+        writes it had acknowledged (see `Link.on_fault`): what a cache learnt
+        from them must go, or a page that comes back would have its links
+        refused from memory of a state the server no longer has.
+        """
+        self._fault_listeners.append(forget)
+        self._link.on_fault = self._faulted
+
+    def _faulted(self) -> None:
+        for forget in self._fault_listeners:
+            forget()
 
     def _send_host_accepted(self) -> None:
         """Add this worker's per-host accepted counts and its own refusals to the crawl's.

@@ -198,8 +198,10 @@ class RedisStore(FunctionCalls, Finishing, LeanAdds, WorkerCounts, RedisControls
             Counter() if policy.max_requests_per_host is None else None
         )
         self._host_accepted_at = time.monotonic()
-        # Fingerprints the frontier refuses without a call (`recent_seen`).
+        # Fingerprints the frontier refuses without a call (`recent_seen`),
+        # and what forgets them when the server may have lost writes.
         self._recent: RecentlySeen | None = None
+        self._fault_listeners: list[Callable[[], None]] = []
         # Acks not sent yet: (id, token) pairs and their hosts. They travel in
         # the next call (a prefetch refill, an add), at the latest once
         # ack_delay has passed since the first of them (see `ack`).

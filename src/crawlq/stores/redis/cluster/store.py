@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Final
 
@@ -133,6 +133,7 @@ class ClusterStore(ShardMerge):
             share = math.ceil(settings.bloom_capacity / self._count)
             settings = replace(settings, bloom_capacity=share)
         self._shards: list[RedisStore] = []
+        self._recent_watched = False
         try:
             for k, tag in enumerate(tags):
                 options = (policy, fingerprinter, settings)
@@ -357,7 +358,18 @@ class ClusterStore(ShardMerge):
         A link the frontier refuses there costs no call to its own shard;
         the first shard counts the refusals (counters are summed over shards).
         """
-        return self._shards[0].recent_seen()
+        recent = self._shards[0].recent_seen()
+        if recent is not None and not self._recent_watched:
+            # A fault on any shard may have lost writes the set learnt from.
+            self._recent_watched = True
+            for shard in self._shards[1:]:
+                shard.on_fault(recent.clear)
+        return recent
+
+    def on_fault(self, forget: Callable[[], None]) -> None:
+        """Call ``forget`` on a fault of any shard's calls (see `RedisStore.on_fault`)."""
+        for shard in self._shards:
+            shard.on_fault(forget)
 
     def host_counts(self, limit: int) -> HostList:
         return merge_hosts([shard.host_counts(limit) for shard in self._shards], limit)
