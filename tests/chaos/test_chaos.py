@@ -42,15 +42,10 @@ def assert_clean(report: Report) -> None:
     assert f.acked_urls + f.acked_unlogged == f.tree_size
 
 
-#: Backends whose short run has no Scheduler workers, and why. The long run
-#: (``python -m tests.chaos``) found two defects of the Scheduler on a
-#: cluster around failovers (stale leases handed out; fixed in c46b876 and
-#: 04ac87d, with tests); its run after the fixes failed only on the store's
-#: duplicates counter, 2 below the workers' logs (of 1,947), which traces to
-#: a killed plain worker's last refusals by its recently-seen set (counted
-#: once a second), not to the Scheduler. Until the checker allows for that
-#: and more runs hold, the cluster's short run stays as it was: plain.
-PLAIN_ONLY = {"redis-cluster": "Scheduler workers on a cluster: new, one clean long run so far"}
+#: Backends whose short run has no Scheduler workers, and why (none now:
+#: the cluster's, plain until the Scheduler's two failover defects were
+#: fixed and long runs held, has them since; see benchmarks/CHAOS.md).
+PLAIN_ONLY: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("backend", list(SHORT))
