@@ -119,6 +119,13 @@ def test_a_paused_server_never_stalls_the_event_loop(
         assert (stats.queued, stats.leased) == (0, 0)
 
 
+def _server(redis_servers: StartServer, crawl: str) -> tuple[int, str]:
+    """A server of the test's own: its pid, and a crawl URL with a short socket timeout."""
+    server = redis_servers()
+    assert server.pid is not None
+    return server.pid, f"{server.url}?crawl={crawl}&socket_timeout=0.3"
+
+
 def test_a_scheduler_made_while_the_server_is_paused_waits_on_its_thread_not_the_loop(
     redis_servers: StartServer,
 ) -> None:
@@ -126,10 +133,7 @@ def test_a_scheduler_made_while_the_server_is_paused_waits_on_its_thread_not_the
     # neither block the event loop nor fail; the crawl goes on once the
     # server is back. (It read the counts on the loop, and raised
     # StoreUnavailable after retry_timeout.)
-    server = redis_servers()
-    pid = server.pid
-    assert pid is not None
-    url = f"{server.url}?crawl=made-paused&socket_timeout=0.3"
+    pid, url = _server(redis_servers, "made-paused")
     with crawlq.open_frontier(url, retry_timeout=2, host_delay=0.0) as frontier:
         frontier.add(Request("https://a.example/1"))
 
@@ -159,10 +163,7 @@ def test_a_scheduler_made_while_the_server_is_paused_waits_on_its_thread_not_the
 def test_a_bounded_scheduler_waits_for_its_first_counts_and_an_outage_raises_not_hangs(
     redis_servers: StartServer,
 ) -> None:
-    server = redis_servers()
-    pid = server.pid
-    assert pid is not None
-    url = f"{server.url}?crawl=bounded-paused&socket_timeout=0.3"
+    pid, url = _server(redis_servers, "bounded-paused")
     with crawlq.open_frontier(url, retry_timeout=1, host_delay=0.0) as frontier:
         frontier.add_many([Request(f"https://a.example/{n}") for n in range(3)])
 
