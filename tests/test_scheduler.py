@@ -214,6 +214,23 @@ async def test_maxsize_add_nowait_raises_and_add_waits(make: Make) -> None:
         scheduler.task_done(request)
 
 
+async def test_a_bounded_scheduler_lets_every_first_adder_in_once_it_has_counts(
+    make: Make,
+) -> None:
+    # A new scheduler knows no counts until its first batch reads them, and
+    # its adders wait for them. That batch must wake them all: here the
+    # first adder adds nothing (no batch follows it), so an adder woken by
+    # it alone would leave the others, and the getter, waiting for ever.
+    async with make(maxsize=10) as scheduler:
+        empty = asyncio.create_task(scheduler.add_many([]))
+        adders = [asyncio.create_task(scheduler.add(f"https://h{n}.example/")) for n in range(5)]
+        getter = asyncio.create_task(scheduler.get())
+        assert await asyncio.wait_for(empty, 5) == []
+        assert await asyncio.wait_for(asyncio.gather(*adders), 5) == [True] * 5
+        request = await asyncio.wait_for(getter, 5)
+        scheduler.task_done(request)
+
+
 async def test_cancelled_add_passes_room_on(make: Make) -> None:
     async with make(maxsize=1) as scheduler:
         scheduler.add_nowait("https://a.example/1")

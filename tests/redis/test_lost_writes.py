@@ -93,6 +93,29 @@ def test_on_a_cluster_a_fault_on_any_shard_sends_known_links_to_the_server_again
         assert _fcalls(cluster) > before
 
 
+def test_on_a_cluster_one_dropped_connection_is_a_fault_too(
+    redis_clusters: StartCluster,
+) -> None:
+    # A failover's first sign may be a single reset, answered at once on
+    # the retry: a write spread over shards reads it, and must count it.
+    cluster = redis_clusters()
+    links = [Request(f"https://h{i}.example/") for i in range(48)]
+    with crawlq.open_frontier(cluster.url("dropped"), host_delay=0.0) as frontier:
+        assert frontier.add_many(links) == [True] * 48
+        first = frontier._store._shards[0]._link.client  # type: ignore[attr-defined]
+        port = next(p for p in cluster.primary_ports() if p != _port(first))
+        killer = redis.Redis(port=port)
+        killer.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+        killer.close()
+        assert (
+            frontier.add_many([Request(f"https://new{i}.example/") for i in range(48)])
+            == [True] * 48
+        )
+        before = _fcalls(cluster)
+        assert frontier.add_many(links) == [False] * 48
+        assert _fcalls(cluster) > before
+
+
 def _port(client: redis.Redis) -> int:
     return int(client.connection_pool.connection_kwargs["port"])
 

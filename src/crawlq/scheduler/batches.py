@@ -10,7 +10,7 @@ import contextlib
 import time
 from collections import deque
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .._batch import with_skipped
 from .._frontier import Frontier, Invalid
@@ -116,17 +116,33 @@ class BatchedCalls:
         """Refresh the counts ``maxsize`` is checked against (under the frontier's lock)."""
         if self._thread is not None and self._maxsize > 0:
             self._queued, self._leased = self._frontier._counts()
-            self._counts_known = True
             self._counts_read += 1  # a batch in flight now brings older counts
+            self._first_counts()
+
+    def _first_counts(self) -> None:
+        """The counts are known from now on: every adder waiting for them looks again.
+
+        (Not one, as room freed by a pop wakes: each re-checks ``maxsize``
+        and waits again if the queue is full.)
+        """
+        if self._counts_known:
+            return
+        self._counts_known = True
+        while self._adders:
+            future = self._adders.popleft()
+            if not future.done():
+                future.set_result(None)
 
     def _fail(self, batch: Batch, exc: Exception) -> None:
-        for add in batch.adds:
-            if not add.future.done():
-                add.future.set_exception(exc)
-        for getter in self._getters:
-            if not getter.done():
-                getter.set_exception(exc)
+        waiting: list[asyncio.Future[Any]] = [add.future for add in batch.adds]
+        waiting += self._getters
         self._getters.clear()
+        if not self._counts_known:  # waiting for counts no batch may bring now
+            waiting += self._adders
+            self._adders.clear()
+        for future in waiting:
+            if not future.done():
+                future.set_exception(exc)
 
     def _settle(self, batch: Batch, out: Outcome) -> None:
         """Hand a batch's results to the coroutines that asked for them."""
@@ -164,7 +180,7 @@ class BatchedCalls:
                     getter.set_exception(out.pop_error)
         if out.counts is not None and batch.counts_read == self._counts_read:
             self._queued, self._leased = out.counts
-            self._counts_known = True
+            self._first_counts()
         if out.popped or out.counts is not None:
             self._wake_adders()
         if out.counts_error is not None:

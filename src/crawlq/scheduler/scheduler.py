@@ -123,7 +123,7 @@ class Scheduler(Finishes, Waiting, BatchedCalls, WorkerWatch):
         self._look = False  # the frontier may have changed: pop for waiting getters
         self._want_counts = False
         self._queued = self._leased = 0  # counts read by the latest batch
-        self._counts_known = False  # until the first batch (or add_nowait) reads them
+        self._counts_known = False  # until a batch (or a *_nowait call) reads them
         self._counts_read = 0  # times the counts were read on the loop's thread
         # Requests leased ahead, with when (see _take_ahead).
         self._ahead: deque[tuple[Request, float]] = deque()

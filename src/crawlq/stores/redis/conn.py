@@ -78,6 +78,10 @@ class Link:
         #: from an older snapshot), so what was remembered of them must go.
         self.on_fault: Callable[[], None] | None = None
 
+    def _faulted(self) -> None:
+        if self.on_fault is not None:
+            self.on_fault()
+
     def _follow(self) -> None:
         """Talk to the node that serves this link's keys now, if it moved.
 
@@ -132,8 +136,8 @@ class Link:
                     return round_trip(conn, packed)
                 return self._confirmed(conn, round_trip(conn, packed + self._wait, 2), doing)
             except (errors.RedisError, NotPrimary) as exc:
-                if self.on_fault is not None and (is_transient(exc) or _lost_library(exc)):
-                    self.on_fault()
+                if is_transient(exc) or _lost_library(exc):
+                    self._faulted()
                 if _lost_library(exc) and not reloaded:
                     # A restarted server without persistence forgot the library.
                     self.load_library(doing)
@@ -197,6 +201,7 @@ class Link:
             conn = self._connection()
             send_packed(conn, packed + self._wait if self.replicas else packed)
         except (errors.RedisError, OSError):
+            self._faulted()
             if self._conn is not None:
                 self._conn.disconnect()
             return False
@@ -228,6 +233,7 @@ class Link:
             except (errors.RedisError, NotPrimary) as exc:
                 if not (is_transient(exc) or _lost_library(exc)):
                     raise translate(exc, self.location, doing) from None
+                self._faulted()
                 if self._conn is not None:
                     self._conn.disconnect()
                 if is_transient(exc):
@@ -257,8 +263,8 @@ class Link:
                 # A failed reply mid-way leaves others unread: start afresh.
                 if conn is not None:
                     conn.disconnect()
-                if self.on_fault is not None and is_transient(exc):
-                    self.on_fault()
+                if is_transient(exc):
+                    self._faulted()
                 if not is_transient(exc) or time.monotonic() + wait > deadline:
                     raise translate(exc, self.location, doing) from None
                 time.sleep(wait)
