@@ -14,8 +14,9 @@ ParselCrawler, no browser) against `LoopbackSite` (300 pages on 127.0.0.2 to
   server, from each request's start and end;
 - a ``kill -9`` of a crawl on a SQLite job, then the same command: every page
   fetched, at most the crawler's concurrency fetched twice;
-- three processes on one Redis crawl: the pages shared, none fetched twice;
-  a 429 from one host stops that host, and only it, for all three.
+- three processes on one Redis crawl (one server, and a cluster): the pages
+  shared, none fetched twice; a 429 from one host stops that host, and only
+  it, for all three.
 """
 
 from __future__ import annotations
@@ -125,10 +126,14 @@ def test_kill_9_on_a_sqlite_job_then_the_same_command_fetches_the_rest(
     assert len(again.events("handled")) <= len(loopback.expected()) - half + KILL_CONCURRENCY
 
 
+@pytest.mark.parametrize("server", ["redis_url", "redis_cluster_url"])
 def test_three_processes_on_one_redis_crawl_share_the_pages_and_the_pace(
-    loopback: LoopbackSite, workers: Workers, redis_url: str
+    loopback: LoopbackSite, workers: Workers, server: str, request: pytest.FixtureRequest
 ) -> None:
-    frontier = f"{redis_url}?crawl=crawlee-three-{uuid.uuid4().hex[:8]}"
+    # On one server, and on a 3-primary cluster (16 shards): the pace of a
+    # host is kept by the shard that holds it, for every process.
+    url = str(request.getfixturevalue(server))
+    frontier = f"{url}?crawl=crawlee-three-{uuid.uuid4().hex[:8]}"
     three = workers.start_together(frontier, 3, delay=DELAY, host_concurrency=1, concurrency=4)
     for worker in three:
         worker.finished()
