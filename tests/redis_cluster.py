@@ -357,6 +357,39 @@ class RedisCluster:
             server.stop()
 
 
+def fail_over(cluster: RedisCluster, how: str) -> None:
+    """Fail ``cluster`` over: ``how`` is cluster-failover, sigstop or sigkill.
+
+    cluster-failover: ``CLUSTER FAILOVER`` on every replica in turn (the old
+    primaries stay up, as replicas); sigstop / sigkill: the last primary
+    paused past the node timeout, or killed and started again. Returns once
+    the failed node is a replica.
+    """
+    primaries = set(cluster.primary_ports())
+    if how == "cluster-failover":
+        replicas = set(cluster.replica_ports())
+        for port in sorted(replicas):
+            cluster.failover(port)
+        cluster.wait_until(
+            lambda: set(cluster.replica_ports()) == primaries, "old primaries are replicas"
+        )
+        return
+    port = sorted(primaries)[-1]
+    server = cluster.server_on(port)
+    if how == "sigstop":
+        cluster.pause(port)
+    else:
+        server.kill()
+    cluster.wait_until(
+        lambda: len(cluster.primary_ports()) == len(primaries), "its replica promoted"
+    )
+    if how == "sigstop":
+        cluster.resume(port)
+    else:
+        server.start()
+    cluster.wait_until(lambda: port in cluster.replica_ports(), "it is back as a replica")
+
+
 @pytest.fixture(scope="session")
 def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
     """One Redis Cluster of 3 primaries (no replicas) for the whole test session."""

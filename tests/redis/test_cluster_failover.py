@@ -18,7 +18,7 @@ import pytest
 
 import crawlq
 from crawlq import Request
-from tests.redis_cluster import RedisCluster, StartCluster
+from tests.redis_cluster import StartCluster, fail_over
 
 T = TypeVar("T")
 
@@ -227,33 +227,6 @@ def _worker(url: str, crawl: _Crawl, options: dict[str, Any]) -> None:
         frontier.close()
 
 
-def _fail_over(cluster: RedisCluster, how: str) -> None:
-    """Fail the cluster over as ``how`` says; return once the failed node is a replica."""
-    primaries = set(cluster.primary_ports())
-    if how == "cluster-failover":
-        replicas = set(cluster.replica_ports())
-        for port in sorted(replicas):
-            cluster.failover(port)
-        cluster.wait_until(
-            lambda: set(cluster.replica_ports()) == primaries, "old primaries are replicas"
-        )
-        return
-    port = sorted(primaries)[-1]
-    server = cluster.server_on(port)
-    if how == "sigstop":
-        cluster.pause(port)
-    else:
-        server.kill()
-    cluster.wait_until(
-        lambda: len(cluster.primary_ports()) == len(primaries), "its replica promoted"
-    )
-    if how == "sigstop":
-        cluster.resume(port)
-    else:
-        server.start()
-    cluster.wait_until(lambda: port in cluster.replica_ports(), "it is back as a replica")
-
-
 def _urls(seeds: range) -> set[str]:
     return {
         f"https://h{i % _HOSTS}.example/{kind}/{i}" for i in seeds for kind in ("seed", "child")
@@ -283,7 +256,7 @@ def test_workers_go_on_through_a_failover_and_ack_everything_once(
         worker.start()
     while len(crawl.acked) < _FAILOVER_AT and not crawl.errors:
         time.sleep(0.002)
-    _fail_over(cluster, how)
+    fail_over(cluster, how)
     late = [
         Request(f"https://h{i % _HOSTS}.example/seed/{i}") for i in range(_SEEDS, _SEEDS + _LATE)
     ]

@@ -7,9 +7,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
 import scrapy
 
 from crawlq.stores.redis.cluster import inspection as _redis_cluster_admin
+from tests.redis_cluster import StartCluster, fail_over
 
 from ._site import ServedSite
 from .conftest import CONCURRENT_REQUESTS, SCHEDULER, Result
@@ -167,3 +169,25 @@ def test_a_crawl_on_a_redis_cluster_fetches_every_page_once(
     assert len(found.shards) == 5
     assert sum(1 for shard in found.shards if shard.seen) > 1  # spread over shards
     _redis_cluster_admin.purge(url)
+
+
+@pytest.mark.parametrize("how", ["cluster-failover", "sigkill"])
+def test_a_crawl_on_a_redis_cluster_goes_on_through_a_failover(
+    site: ServedSite, make_crawl: Any, redis_clusters: StartCluster, how: str
+) -> None:
+    # A quarter in, every shard's primary hands over to its replica
+    # (CLUSTER FAILOVER), or one primary is killed and its replica promoted
+    # after the node timeout: the crawl waits it out and finishes.
+    cluster = redis_clusters(primaries=3, replicas=1)
+    url = cluster.url(f"scrapy-{how}", seeds=len(cluster.servers))
+    options = '{"replicas": 1, "shards": 3, "retry_timeout": 30}'
+    crawl = make_crawl({"SCHEDULER": SCHEDULER, "CRAWLQ_URL": url, "CRAWLQ_OPTIONS": options})
+    process = crawl.start_until(0.25)
+    fail_over(cluster, how)
+    assert process.poll() is None, "the crawl did not wait the failover out"
+    result = crawl.finish(process)
+    assert_finished(result)
+    fetches = site.fetches()
+    assert set(fetches) == site.expected(), "a page was never fetched: a request was lost"
+    refetched = sum(count - 1 for count in fetches.values())
+    assert refetched <= CONCURRENT_REQUESTS, f"{refetched} pages fetched twice"
