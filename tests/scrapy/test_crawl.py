@@ -30,6 +30,14 @@ def assert_exactly_once(site: ServedSite) -> Counter[tuple[int, str]]:
     return fetches
 
 
+def assert_every_page_fetched(site: ServedSite, after: str) -> None:
+    """Every page fetched (no request lost), at most CONCURRENT_REQUESTS of them twice."""
+    fetches = site.fetches()
+    assert set(fetches) == site.expected(), "a page was never fetched: a request was lost"
+    refetched = sum(count - 1 for count in fetches.values())
+    assert refetched <= CONCURRENT_REQUESTS, f"{refetched} re-fetches after {after}"
+
+
 def assert_stopped_at_start(result: Result, site: ServedSite, *words: str) -> None:
     for word in words:
         assert word in result.stderr, result.stderr[-3000:]
@@ -84,10 +92,7 @@ def test_kill_9_halfway_then_the_same_command_resumes(
     resumed = crawl.run()
     assert_finished(resumed)
     assert resumed.stats["crawlq/resumed"] > 0
-    fetches = site.fetches()
-    assert set(fetches) == site.expected(), "a page was never fetched: a request was lost"
-    refetched = sum(count - 1 for count in fetches.values())
-    assert refetched <= CONCURRENT_REQUESTS, f"{refetched} re-fetches after kill -9"
+    assert_every_page_fetched(site, "kill -9")
 
 
 def test_ctrl_c_then_the_same_command_resumes_without_refetching(
@@ -187,7 +192,4 @@ def test_a_crawl_on_a_redis_cluster_goes_on_through_a_failover(
     assert process.poll() is None, "the crawl did not wait the failover out"
     result = crawl.finish(process)
     assert_finished(result)
-    fetches = site.fetches()
-    assert set(fetches) == site.expected(), "a page was never fetched: a request was lost"
-    refetched = sum(count - 1 for count in fetches.values())
-    assert refetched <= CONCURRENT_REQUESTS, f"{refetched} pages fetched twice"
+    assert_every_page_fetched(site, "the failover")

@@ -28,8 +28,13 @@ from crawlq.stores.redis import inspection as redis_inspection
 from tests.redis_server import StartServer
 
 from ._site import ServedSite
-from .conftest import CONCURRENT_REQUESTS, SCHEDULER, Crawl
-from .test_crawl import assert_crawled_once, assert_exactly_once, assert_finished
+from .conftest import SCHEDULER, Crawl
+from .test_crawl import (
+    assert_crawled_once,
+    assert_every_page_fetched,
+    assert_exactly_once,
+    assert_finished,
+)
 
 
 @pytest.fixture
@@ -115,10 +120,7 @@ def test_kill_9_on_redis_then_the_same_command_resumes(
     resumed = crawl.run()
     assert_finished(resumed)
     assert resumed.stats["crawlq/resumed"] > 0
-    fetches = site.fetches()
-    assert set(fetches) == site.expected(), "a page was never fetched: a request was lost"
-    refetched = sum(count - 1 for count in fetches.values())
-    assert refetched <= CONCURRENT_REQUESTS, f"{refetched} re-fetches after kill -9"
+    assert_every_page_fetched(site, "kill -9")
     found = redis_inspection.inspect(crawl_url)
     assert (found.queued, found.leased, found.seen) == (0, 0, len(site.expected()))
 
@@ -154,10 +156,7 @@ def test_an_outage_past_retry_timeout_closes_the_spider_and_the_same_command_res
 
     resumed = crawl.run()
     assert_finished(resumed)
-    fetches = site.fetches()
-    assert set(fetches) == site.expected(), "a page was never fetched: a request was lost"
-    refetched = sum(count - 1 for count in fetches.values())
-    assert refetched <= CONCURRENT_REQUESTS, f"{refetched} re-fetches after the outage"
+    assert_every_page_fetched(site, "the outage")
 
 
 def test_a_server_back_on_an_older_snapshot_mid_crawl_loses_no_page(
