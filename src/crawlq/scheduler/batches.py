@@ -137,7 +137,15 @@ class BatchedCalls:
         waiting: list[asyncio.Future[Any]] = [add.future for add in batch.adds]
         waiting += self._getters
         self._getters.clear()
-        if not self._counts_known:  # waiting for counts no batch may bring now
+        self._fail_waiting(waiting, exc)
+
+    def _fail_waiting(self, waiting: list[asyncio.Future[Any]], exc: Exception) -> None:
+        """Raise ``exc`` into ``waiting``, and into adders still waiting for the first counts.
+
+        Those would wait for a batch that may never come (nothing else asks
+        for one): they get the store's error instead.
+        """
+        if not self._counts_known:
             waiting += self._adders
             self._adders.clear()
         for future in waiting:
@@ -184,16 +192,9 @@ class BatchedCalls:
         if out.popped or out.counts is not None:
             self._wake_adders()
         if out.counts_error is not None:
-            waiting = list(self._joiners)
+            joiners: list[asyncio.Future[Any]] = list(self._joiners)
             self._joiners.clear()
-            if not self._counts_known:
-                # Adders waiting for the first counts would wait for a batch
-                # that may never come: they get the store's error instead.
-                waiting += self._adders
-                self._adders.clear()
-            for future in waiting:
-                if not future.done():
-                    future.set_exception(out.counts_error)
+            self._fail_waiting(joiners, out.counts_error)
         elif out.counts is not None and not (self._thread and self._thread.pending):
             self._check_idle()  # nothing left to write: the counts are the truth
         if batch.ready and getters:

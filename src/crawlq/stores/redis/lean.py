@@ -154,7 +154,6 @@ class WorkerCounts:
         refused from memory of a state the server no longer has.
         """
         self._fault_listeners.append(forget)
-        self._link.on_fault = self._faulted
 
     def _faulted(self) -> None:
         for forget in self._fault_listeners:

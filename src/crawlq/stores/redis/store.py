@@ -202,6 +202,7 @@ class RedisStore(FunctionCalls, Finishing, LeanAdds, WorkerCounts, RedisControls
         # and what forgets them when the server may have lost writes.
         self._recent: RecentlySeen | None = None
         self._fault_listeners: list[Callable[[], None]] = []
+        self._link.on_fault = self._faulted
         # Acks not sent yet: (id, token) pairs and their hosts. They travel in
         # the next call (a prefetch refill, an add), at the latest once
         # ack_delay has passed since the first of them (see `ack`).
