@@ -7,7 +7,6 @@ another process (``crawlq metrics``), and a real Scrapy crawl
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import crawlq
 import crawlq.metrics
+from tests._child import child_environment
 
 from ._watched_crawl import READY, Crawl
 from .redis_server import StartServer
@@ -192,7 +192,7 @@ def test_the_scrapy_extension_serves_a_running_crawl(tmp_path: Path) -> None:
             "-s", f"CRAWLQ_METRICS_PORT={port}", "-s", "CONCURRENT_REQUESTS=1",
             "-s", "LOG_LEVEL=INFO", "-s", "TELNETCONSOLE_ENABLED=False",
         ]  # fmt: skip
-        environment = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]))
+        environment = child_environment()
         done = subprocess.run(
             command, cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=120
         )

@@ -8,7 +8,6 @@ reads its event log and waits for its end.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -19,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests._child import child_environment
 
 from ._site import LoopbackSite
 
@@ -91,13 +92,9 @@ class Workers:
             command += [f"--{option.replace('_', '-')}", str(value)]
         if go is not None:
             command += ["--go", str(go)]
-        environment = dict(os.environ)
-        environment["PYTHONPATH"] = os.pathsep.join(
-            [str(ROOT / "src"), str(ROOT), *filter(None, [environment.get("PYTHONPATH")])]
-        )
         with stderr.open("ab") as err:
             process = subprocess.Popen(
-                command, cwd=ROOT, env=environment, stdout=subprocess.DEVNULL, stderr=err
+                command, cwd=ROOT, env=child_environment(), stdout=subprocess.DEVNULL, stderr=err
             )
         worker = Worker(process, log, stderr)
         self.started.append(worker)

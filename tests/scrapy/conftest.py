@@ -8,7 +8,6 @@ this process, which counts fetches per URL on the server side.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -21,6 +20,8 @@ from typing import Any
 import pytest
 
 pytest.importorskip("scrapy")
+
+from tests._child import child_environment
 
 from ._site import ServedSite, test_site
 
@@ -101,20 +102,12 @@ class Crawl:
             command += ["-s", f"{name}={value}"]
         return command
 
-    def _environment(self) -> dict[str, str]:
-        environment = dict(os.environ)
-        paths = [str(ROOT / "src"), str(ROOT)]
-        if environment.get("PYTHONPATH"):
-            paths.append(environment["PYTHONPATH"])
-        environment["PYTHONPATH"] = os.pathsep.join(paths)
-        return environment
-
     def start(self) -> subprocess.Popen[str]:
         self.out.unlink(missing_ok=True)
         return subprocess.Popen(
             self.command(),
             cwd=self.workdir,
-            env=self._environment(),
+            env=child_environment(),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,

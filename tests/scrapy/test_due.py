@@ -29,6 +29,7 @@ import pytest
 pytest.importorskip("scrapy")
 
 from crawlq.contrib.scrapy import backoff_delay
+from tests._child import child_environment
 from tests.test_readme import blocks
 
 from ._flaky import FlakySite
@@ -94,7 +95,7 @@ class DueCrawl:
 
     def start(self) -> subprocess.Popen[str]:
         self.out.unlink(missing_ok=True)
-        environment = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]))
+        environment = child_environment()
         return subprocess.Popen(
             self.command(),
             cwd=self.workdir,

@@ -22,20 +22,12 @@ from typing import Any
 import pytest
 
 import crawlq
+from tests._child import child_environment
 
 from ._site import ServedSite
-from .conftest import BASE_SETTINGS, ROOT, SCHEDULER
+from .conftest import BASE_SETTINGS, SCHEDULER
 
 SPIDER = Path(__file__).with_name("fed_spider.py")
-
-
-def _environment() -> dict[str, str]:
-    environment = dict(os.environ)
-    paths = [str(ROOT / "src"), str(ROOT)]
-    if environment.get("PYTHONPATH"):
-        paths.append(environment["PYTHONPATH"])
-    environment["PYTHONPATH"] = os.pathsep.join(paths)
-    return environment
 
 
 def start_worker(
@@ -49,7 +41,7 @@ def start_worker(
     process = subprocess.Popen(
         command,
         cwd=workdir,
-        env=_environment(),
+        env=child_environment(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -81,7 +73,7 @@ def run_python(code: str, *args: str, stdin: str | None = None) -> subprocess.Co
         text=True,
         timeout=120,
         check=False,
-        env=_environment(),
+        env=child_environment(),
     )
 
 

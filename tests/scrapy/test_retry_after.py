@@ -12,7 +12,6 @@ from __future__ import annotations
 import email.utils
 import itertools
 import json
-import os
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ from typing import Any
 import pytest
 
 from crawlq.contrib.scrapy import retry_after_seconds
+from tests._child import child_environment
 
 from ._flaky import FlakySite
 
@@ -50,7 +50,7 @@ def crawl(tmp_path: Path, bases: list[str], pages: int, **settings: str) -> dict
     ]  # fmt: skip
     for name, value in settings.items():
         command += ["-s", f"{name}={value}"]
-    environment = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]))
+    environment = child_environment()
     done = subprocess.run(
         command, cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=120
     )

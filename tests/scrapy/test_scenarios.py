@@ -8,7 +8,6 @@ because Scrapy installs its reactor globally. Each scenario is one test here.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -18,16 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from tests._child import child_environment
+
 from ._scenarios import SCENARIOS
 from .conftest import ROOT
-
-
-def _environment() -> dict[str, str]:
-    environment = dict(os.environ)
-    environment["PYTHONPATH"] = os.pathsep.join(
-        [str(ROOT / "src"), str(ROOT), environment.get("PYTHONPATH", "")]
-    )
-    return environment
 
 
 def _child(*args: str) -> list[str]:
@@ -40,7 +33,7 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str
     done = subprocess.run(
         _child(str(directory)),
         cwd=ROOT,
-        env=_environment(),
+        env=child_environment(),
         capture_output=True,
         text=True,
         timeout=120,
@@ -67,7 +60,7 @@ def test_disk_queue_pushes_survive_kill_9(tmp_path: Path) -> None:
     pusher = subprocess.Popen(
         _child(str(tmp_path), "push-forever", str(key)),
         cwd=ROOT,
-        env=_environment(),
+        env=child_environment(),
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -85,7 +78,7 @@ def test_disk_queue_pushes_survive_kill_9(tmp_path: Path) -> None:
     counted = subprocess.run(
         _child(str(tmp_path), "count", str(key)),
         cwd=ROOT,
-        env=_environment(),
+        env=child_environment(),
         capture_output=True,
         text=True,
         timeout=60,
