@@ -34,6 +34,12 @@ __all__ = [
 ]
 
 
+#: A lease may wait in a worker this share of ``host_delay`` (see `Policy.hold`)...
+HOLD_SHARE: Final = 0.02
+#: ...and at most this many seconds.
+HOLD_MAX: Final = 0.02
+
+
 def _number(name: str, value: Any, *, minimum: float, inclusive: bool) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise ConfigError(f"{name} must be a finite number of seconds, not {value!r}")
@@ -84,6 +90,19 @@ class Policy:
         object.__setattr__(self, "host_delay", float(self.host_delay))
         object.__setattr__(self, "lease_timeout", float(self.lease_timeout))
         object.__setattr__(self, "ack_delay", float(self.ack_delay))
+
+    @property
+    def hold(self) -> float:
+        """Seconds a request leased ahead may wait in a worker before it goes out.
+
+        A store that leases requests before the caller asks (Redis's
+        prefetch, the `Scheduler`'s lease with a write) keeps a host from its
+        next lease for ``host_delay`` plus this, and gives back instead of
+        handing out a request that waited longer: two hand-outs of one host
+        stay ``host_delay`` apart in every worker. 2% of ``host_delay``, at
+        most 20 ms; 0 without a delay.
+        """
+        return min(self.host_delay * HOLD_SHARE, HOLD_MAX)
 
 
 def check_count(name: str, value: Any, none_means: str) -> None:

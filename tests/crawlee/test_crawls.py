@@ -38,8 +38,12 @@ pytest.importorskip("crawlee", reason="pip install 'crawlq[crawlee]'")
 
 DELAY = 0.08
 #: Slack on the delay between two hand-outs: the time from the frontier's
-#: lease to the hand-out being logged varies by a few milliseconds.
-HANDOUT_SLACK = 0.005
+#: lease to the hand-out being logged, in three crawlee processes and the
+#: Redis servers on 2 cores: the reply waits for the GIL (a 5 ms switch
+#: interval while the loop parses a page) and then for the loop's turn. CI
+#: once measured 6.5 ms. Requests held in a worker before they go out are
+#: checked closer, in one process, by tests/redis/test_pace_at_handout.py.
+HANDOUT_SLACK = 0.010
 #: crawlee's tasks per worker in the kill test: the bound on re-fetches.
 KILL_CONCURRENCY = 4
 

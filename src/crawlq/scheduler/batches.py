@@ -205,9 +205,11 @@ class BatchedCalls:
 
         They wait here on the loop, so a worker's get after its write costs
         no batch. They are real leases, their hosts' delays counting from the
-        lease: once they have waited half their ``lease_timeout``, or
-        ``host_delay`` if shorter, they go back (released) rather than out,
-        so a host's next pop cannot come due while one of its requests waits.
+        lease: once they have waited half their ``lease_timeout``, or with a
+        host delay half `Policy.hold` (the store may have kept them the other
+        half), they go back (released) rather than out: the server keeps
+        their hosts for the delay plus the hold, so a host's next request
+        goes out no sooner than the delay after this one, in any worker.
         """
         ahead = self._ahead
         if not ahead:
@@ -215,7 +217,7 @@ class BatchedCalls:
         policy = self._frontier.policy
         limit = policy.lease_timeout / 2
         if policy.host_delay > 0:
-            limit = min(limit, policy.host_delay)
+            limit = min(limit, policy.hold / 2)
         now = time.monotonic()
         taken = None
         released = False

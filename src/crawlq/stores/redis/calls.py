@@ -54,14 +54,14 @@ LINKS_HEADER: Final = struct.Struct(">BIIBIIddI")
 #: add_links's second header, when prefetched requests are held: lease_timeout
 #: ms, host_delay us, how many to hold after the call, how many are held,
 #: the score (-priority) of the last of them, how many a top-up may leave
-#: held (0: none; see `FunctionCalls._topup`).
-LINKS_HELD: Final = struct.Struct(">ddIIdI")
+#: held (0: none; see `FunctionCalls._topup`), the hold us.
+LINKS_HELD: Final = struct.Struct(">ddIIdII")
 #: The header of every other changing call (see refill.lua): lease_timeout
 #: ms, host_delay us, host_concurrency, how many to hold after the call, the
 #: score of the last held, flags (1 give them back, 2 some are held, 4 say
 #: when a pop may lease, if fewer are leased than asked), how many a top-up
-#: may leave held, how many are held.
-CALL_HEADER: Final = struct.Struct(">ddIIdBII")
+#: may leave held, how many are held, the hold us (`Policy.hold`).
+CALL_HEADER: Final = struct.Struct(">ddIIdBIII")
 
 #: A call packed (and maybe sent) by `FunctionCalls._call_start`: its packed
 #: command, how to pack its retry, what it does, its key prefix (None: the
@@ -99,7 +99,9 @@ class FunctionCalls:
         _link: Link
         _location: RedisURL
         _lost: int | None
-        _policy_numbers: tuple[int, int, int]
+        _policy_numbers: tuple[int, int, int, int]
+        _replied_at: float
+        _hold_limit: float
         _popping: bool
         _prefetch: int
         _prefix: bytes
@@ -201,11 +203,11 @@ class FunctionCalls:
         flags = (1 if force or self._suspect else 0) | (2 if buffer else 0)
         if refill and self._said and prefix is None:
             flags |= 4  # (see _take)
-        lease_ms, delay_us, concurrency = self._policy_numbers
+        lease_ms, delay_us, concurrency, hold_us = self._policy_numbers
         worst = -buffer[-1][0].priority if buffer else 0
         args = [
             CALL_HEADER.pack(
-                lease_ms, delay_us, concurrency, refill, worst, flags, topup, len(buffer)
+                lease_ms, delay_us, concurrency, refill, worst, flags, topup, len(buffer), hold_us
             )
         ]
         for request, _ in buffer:
@@ -270,10 +272,12 @@ class FunctionCalls:
         if buffer:
             # Should a link come first, the function gives them back (see
             # conclude in refill.lua), and leases as many afresh.
-            lease_ms, delay_us, _ = self._policy_numbers
+            lease_ms, delay_us, _, hold_us = self._policy_numbers
             worst = -buffer[-1][0].priority
             topup = self._topup(refill)
-            tail.append(LINKS_HELD.pack(lease_ms, delay_us, refill, len(buffer), worst, topup))
+            tail.append(
+                LINKS_HELD.pack(lease_ms, delay_us, refill, len(buffer), worst, topup, hold_us)
+            )
             for request, _ in buffer:
                 lease = request._lease
                 tail.append(lease[0])  # type: ignore[index]
@@ -394,6 +398,9 @@ class FunctionCalls:
             # across an outage may return a first run's leases (the same
             # call number) that are older than the wait for the reply.
             self._fetched_at = started
+            # Their hold counts from the reply (see _stale), the oldest's
+            # when more join them.
+            self._replied_at = time.monotonic()
         items = iter(reply[first:])
         for id_, token, host, payload in zip(items, items, items, items, strict=True):
             request = decode_request(payload)
@@ -427,6 +434,24 @@ class FunctionCalls:
         return True, None if ready == math.inf else max(0.0, ready - now)
 
     def _stale(self) -> bool:
+        """Whether the prefetched requests must go back rather than out.
+
+        After a failed call (they may be back already), once half their
+        lease has passed, and with a host delay once they have waited half
+        `Policy.hold` since their reply: the server keeps their hosts for the
+        delay plus the hold, so that one going out now is still the delay
+        after its host's last hand-out, in any worker (the asyncio
+        `Scheduler` may keep it the other half).
+        """
+        now = time.monotonic()
+        return (
+            self._suspect
+            or now - self._fetched_at > self._lease_timeout / 2
+            or (self._hold_limit > 0 and now - self._replied_at > self._hold_limit)
+        )
+
+    def _expired(self) -> bool:
+        """Whether the batch a call just leased may hold ended leases (see `_stale`)."""
         return self._suspect or time.monotonic() - self._fetched_at > self._lease_timeout / 2
 
     def _fetch(self) -> deque[tuple[Request, bytes]]:
@@ -435,7 +460,9 @@ class FunctionCalls:
         # it when they sit (prefetched requests hold their hosts' slots).
         now = time.monotonic()
         if self._fetched_full:
-            if now - self._fetched_at < _FAST_DRAIN:
+            # (With a host delay, a batch kept longer than the hold goes back.)
+            fast = min(_FAST_DRAIN, self._hold_limit) if self._hold_limit else _FAST_DRAIN
+            if now - self._fetched_at < fast:
                 self._want = min(self._want * 2, self._prefetch)
             else:
                 self._want = max(1, self._want // 2)

@@ -54,7 +54,7 @@ class LeanAdds:
         _lost: int | None
         _suspect: bool
         _pid: int
-        _policy_numbers: tuple[int, int, int]
+        _policy_numbers: tuple[int, int, int, int]
         _bloom_bits: int
         _bloom_hashes: int
         _cap: int

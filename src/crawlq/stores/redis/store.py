@@ -27,7 +27,7 @@ Prefetch
     stay, the new ones after them. Other workers' changes, and hosts whose
     delay ends meanwhile, count from the next round trip. Unserved requests
     go back at ``close()``, and are given back rather than served once half
-    their ``lease_timeout`` has passed.
+    their ``lease_timeout`` (with a host delay, half `Policy.hold`) has passed.
 
 Settings
     ``lifo`` and the dedup mode (exact, or Bloom with ``bloom_capacity`` and
@@ -178,7 +178,9 @@ class RedisStore(FunctionCalls, Finishing, LeanAdds, WorkerCounts, RedisControls
             math.ceil(policy.lease_timeout * 1000),
             math.ceil(round(policy.host_delay * 1_000_000, 3)),
             policy.host_concurrency or 0,
+            math.ceil(round(policy.hold * 1_000_000, 3)),
         )
+        self._hold_limit = policy.hold / 2  # (see _stale)
         self._lifo = policy.lifo
         self._ack_delay = policy.ack_delay
         self._control_head = [
@@ -225,7 +227,7 @@ class RedisStore(FunctionCalls, Finishing, LeanAdds, WorkerCounts, RedisControls
         # How many prefetched requests a top-up may leave held (see `_topup`).
         self._topup_room = 4
         self._buffer: deque[tuple[Request, bytes]] = deque()
-        self._fetched_at = 0.0
+        self._fetched_at = self._replied_at = 0.0
         self._fetched_full = False
         self._popping = False
         # After a failed call the prefetched leases may have been given back
@@ -361,11 +363,11 @@ class RedisStore(FunctionCalls, Finishing, LeanAdds, WorkerCounts, RedisControls
         if self._short_pop and self._answered_short(buffer):
             return None
         buffer = self._fetch()
-        if buffer and self._stale():
+        if buffer and self._expired():
             # Its call waited out an outage past half the lease time: its
             # leases may have ended already; lease afresh instead.
             buffer = self._fetch()
-        if not buffer or self._stale():
+        if not buffer or self._expired():
             self._popping = False
             return None
         self._popping = True
@@ -385,9 +387,9 @@ class RedisStore(FunctionCalls, Finishing, LeanAdds, WorkerCounts, RedisControls
             if self._short_pop and self._answered_short(buffer):
                 return None
             buffer = self._fetch()
-            if buffer and self._stale():
+            if buffer and self._expired():
                 buffer = self._fetch()  # leases that may have ended: afresh (see pop)
-            if not buffer or self._stale():
+            if not buffer or self._expired():
                 self._popping = False
                 return None
         return buffer[0][0]

@@ -49,12 +49,13 @@ class ShardMerge:
         """The first of the shards' heads, leased; None when no shard has one ready.
 
         A head goes out only from a shard whose batch is not stale (leased
-        less than half a lease ago, as `RedisStore.pop` serves): a peek of
-        another shard may have waited out an outage (a failover) since this
-        head was peeked, and its lease may have ended meanwhile. Such a
-        shard is peeked again (its batch leased afresh), twice at most.
+        less than half a lease ago and, with a host delay, held no longer
+        than `RedisStore.pop` serves): a peek of another shard may have
+        waited out an outage (a failover) since this head was peeked, and
+        its lease may have ended meanwhile. Such a shard is peeked again
+        (its batch leased afresh), once per shard and twice more at most.
         """
-        for _ in range(3):
+        for _ in range(self._count + 2):
             best_k, best = self._best()
             if best is None:
                 return None

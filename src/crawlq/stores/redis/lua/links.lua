@@ -24,10 +24,11 @@
 --   4 the entries, packed as add's (see add.lua)
 --   then, when numbered, the entries' offsets (see "Ids across shards" in
 --   add.lua); when due times follow, their blob (as add's); when the
---   header's flag 16 says prefetched requests are held, struct '>ddI4I4dI4'
+--   header's flag 16 says prefetched requests are held, struct '>ddI4I4dI4I4'
 --   (lease_timeout ms, host_delay us, how many to hold after the call, n
 --   held, the score of the last of them, how many it may hold after a
---   top-up: 0 none, see conclude), then their n (id, token) pairs.
+--   top-up: 0 none, see conclude; the hold us, see begin), then their n
+--   (id, token) pairs.
 -- Returns add's outcome alone, as a string: '1' added, '0' not, per entry,
 -- then on a cluster shard ':' and the shard's new number mark; or, when
 -- the prefetched requests went back or were topped up, what add returns
@@ -63,7 +64,7 @@ local function add_links(keys, args)
     struct.unpack('>BI4I4BI4I4ddI4', args[3])
   hosts, n_accepted, n_popped, n_released, n_expired, n_refetched, n_revisits =
     {}, 0, 0, 0, 0, 0, 0
-  NUMBER, NBUF, TOPUP = nil, 0, 0 -- (ended, freed: no lease ends here but in conclude)
+  NUMBER, NBUF, TOPUP, HOLD_MS = nil, 0, 0, 0 -- (ended, freed: no lease ends here but in conclude)
   local numbered, offsets, dues = flags % 4 >= 2, nil, nil
   local at = 5
   if numbered then
@@ -77,8 +78,10 @@ local function add_links(keys, args)
   end
   if flags >= 16 then
     -- Prefetched requests held: what conclude needs, should it give them back.
-    LEASE_MS, DELAY_MS, REFILL, NBUF, WORST, TOPUP = struct.unpack('>ddI4I4dI4', args[at])
-    DELAY_MS, FORCE, BUF0 = DELAY_MS / 1000, false, at -- (delay sent in microseconds)
+    LEASE_MS, DELAY_MS, REFILL, NBUF, WORST, TOPUP, HOLD_MS =
+      struct.unpack('>ddI4I4dI4I4', args[at])
+    -- (delay and hold sent in microseconds)
+    DELAY_MS, HOLD_MS, FORCE, BUF0 = DELAY_MS / 1000, HOLD_MS / 1000, false, at
     SAY_WAIT = false
   end
   -- What meta holds that this call needs: the dedup's bucket state (exact

@@ -17,7 +17,9 @@
 --     requests back whatever happens, 2 that score is there: some are held,
 --     4 say when a pop may lease something if fewer are leased than asked),
 --     how many a top-up may leave held (uint32, 0: no top-up; the caller
---     merges, see conclude), n prefetched requests (uint32)
+--     merges, see conclude), n prefetched requests (uint32), the hold in
+--     us (uint32: a host leased keeps its delay plus this, the time its
+--     request may wait in the worker before it goes out; Policy.hold)
 --   then n (id, token) pairs
 -- A changing function returns {flags, returned, id, token, host, payload, ...}:
 -- flags is add's outcome per request ('1' added, '0' duplicate), then on a
@@ -70,9 +72,9 @@ local function begin(keys, args)
   RETRY = string.byte(args[2], 1) == 114 -- 'r'
   CALL = string.match(args[2], '%d+')
   local worst, flags
-  LEASE_MS, DELAY_MS, CONCURRENCY, REFILL, worst, flags, TOPUP, NBUF =
-    struct.unpack('>ddI4I4dBI4I4', args[3])
-  DELAY_MS = DELAY_MS / 1000 -- sent in microseconds
+  LEASE_MS, DELAY_MS, CONCURRENCY, REFILL, worst, flags, TOPUP, NBUF, HOLD_MS =
+    struct.unpack('>ddI4I4dBI4I4I4', args[3])
+  DELAY_MS, HOLD_MS = DELAY_MS / 1000, HOLD_MS / 1000 -- sent in microseconds
   FORCE = flags % 2 == 1
   WORST = flags % 4 >= 2 and worst or nil
   SAY_WAIT = flags >= 4
@@ -143,7 +145,10 @@ local function take(n, out, taken, records)
   local deadline = math.floor(now()) + LEASE_MS
   local deadline_text = int_text(deadline)
   local token_prefix = OWNER .. ':' .. CALL .. '.'
-  local delayed_text = DELAY_MS > 0 and micros_text(NOW + DELAY_MS)
+  -- A host's delay starts at its lease and lasts HOLD_MS more: the time the
+  -- request may wait in the worker (prefetched, leased ahead) before it
+  -- goes out, so that the next lease of the host comes a delay after that.
+  local delayed_text = DELAY_MS > 0 and micros_text(NOW + DELAY_MS + HOLD_MS)
   local deadlines = {}
   -- id, payload, ...: the payloads of the leased requests, kept in `p`
   -- until their ack (a request that comes back needs its payload).
@@ -194,7 +199,7 @@ local function take(n, out, taken, records)
           delay = policy_of(name, 1, DELAY_MS)
         end
         if delay > 0 then
-          state.ready = NOW + delay
+          state.ready = NOW + delay + HOLD_MS
         end
         place(name, state, later)
         got = got + 1

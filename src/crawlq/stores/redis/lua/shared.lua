@@ -132,6 +132,8 @@ local K_DUE, K_R
 -- until load_policies has read them.
 local HOST_POLICY
 local OWNER, RETRY, CALL, LEASE_MS, DELAY_MS, CONCURRENCY, REFILL, WORST, FORCE, NBUF, ARG0
+-- How much longer than its delay a host leased waits (see delayed_text in refill.lua).
+local HOLD_MS = 0
 -- How many prefetched requests the caller may hold after a top-up (see
 -- conclude in refill.lua); 0: it takes none.
 local TOPUP
