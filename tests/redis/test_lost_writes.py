@@ -16,6 +16,7 @@ snapshot.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -56,6 +57,66 @@ def test_links_lost_with_their_page_ack_are_stored_when_the_page_comes_back(
         assert not missing, f"links never fetched again: {sorted(missing)}"
         stats = frontier.stats()
         assert (stats.queued, stats.leased, stats.seen) == (0, 0, 6)
+
+
+def test_requests_held_from_a_lost_state_go_back_rather_than_out_twice(
+    redis_servers: StartServer,
+) -> None:
+    # A worker holds a prefetched batch; the server comes back without its
+    # leases, and another worker pops those requests. The first worker's
+    # next call meets the fault (a lost connection): its batch goes back
+    # (its leases are gone) and it leases afresh, rather than serving
+    # requests the other worker holds.
+    server = redis_servers()
+    url = f"{server.url}?crawl=lost-held&socket_timeout=1"
+    pages = [Request(f"https://h{i}.example/") for i in range(10)]
+    with crawlq.open_frontier(url, ack_delay=0.0) as first:
+        first.add_many(pages)
+        redis.Redis.from_url(server.url).save()  # queued, none leased
+        first._expect_pops(5)
+        head = first.pop()  # leases five, holds four
+        assert head is not None and len(first._store._buffer) == 4  # type: ignore[attr-defined]
+        server.restart(crash=True)
+        with crawlq.open_frontier(url, ack_delay=0.0) as second:
+            second._expect_pops(5)  # (and no more: the other five stay queued)
+            taken = [second.pop() for _ in range(5)]
+            assert all(taken)
+            first.ack(head)  # meets the fault, retried, answered
+            later = [first.pop() for _ in range(5)]
+        assert all(later)
+        twice = {r.url for r in taken if r} & {r.url for r in later if r}
+        assert not twice, f"handed out by both workers: {sorted(twice)}"
+
+
+def test_requests_the_scheduler_leased_ahead_in_a_lost_state_go_back(
+    redis_servers: StartServer,
+) -> None:
+    # The same for a request the asyncio Scheduler leased with a worker's
+    # write: once a store call meets the fault, it goes back, not out.
+    server = redis_servers()
+    url = f"{server.url}?crawl=lost-ahead&socket_timeout=1"
+    pages = [Request(f"https://h{i}.example/") for i in range(10)]
+
+    async def crawl() -> tuple[list[str], list[str]]:
+        async with crawlq.Scheduler(crawlq.open_frontier(url, ack_delay=0.0)) as scheduler:
+            await scheduler.add_many(pages)
+            redis.Redis.from_url(server.url).save()
+            page = await scheduler.get()
+            await scheduler.add_many([], ack=page)  # leases this worker's next one
+            ahead = [request.url for request, _ in scheduler._ahead]
+            assert len(ahead) == 1
+            server.restart(crash=True)
+            with crawlq.open_frontier(url, ack_delay=0.0) as second:
+                second._expect_pops(5)
+                taken = [request.url for _ in range(5) if (request := second.pop())]
+                assert set(ahead) <= set(taken)
+                await scheduler.add_many([Request("https://new.example/")])  # meets the fault
+                later = [(await scheduler.get()).url for _ in range(5)]
+        return taken, later
+
+    taken, later = asyncio.run(crawl())
+    twice = set(taken) & set(later)
+    assert not twice, f"handed out by both workers: {sorted(twice)}"
 
 
 def test_on_a_cluster_a_fault_on_any_shard_sends_known_links_to_the_server_again(

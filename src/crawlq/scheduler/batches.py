@@ -38,6 +38,7 @@ class BatchedCalls:
     _counts_read: int
     _holdings: Holdings
     _ahead: deque[tuple[Request, float]]
+    _ahead_faulted: bool
 
     if TYPE_CHECKING:
 
@@ -165,7 +166,12 @@ class BatchedCalls:
         getters = self._getters
         # Popped before this, a request's lease may have ended (see below).
         oldest = time.monotonic() - self._frontier.policy.lease_timeout / 2
-        stale = False
+        stale = self._ahead_faulted and bool(self._ahead)
+        if self._ahead_faulted:
+            # The store met a fault since they were leased (see _take_ahead);
+            # this batch's own leases came after it.
+            self._ahead_faulted = False
+            self._release_ahead()
         for request, leased_at in zip(out.popped, out.popped_at, strict=True):
             if leased_at < oldest:
                 # A later pop of the batch waited out an outage (a failover):
@@ -214,6 +220,13 @@ class BatchedCalls:
         ahead = self._ahead
         if not ahead:
             return None
+        if self._ahead_faulted:
+            # Their leases may be gone with the server's last writes, their
+            # requests queued for other workers: back, not out.
+            self._ahead_faulted = False
+            self._release_ahead()
+            self._changed()
+            return None
         policy = self._frontier.policy
         limit = policy.lease_timeout / 2
         if policy.host_delay > 0:
@@ -231,6 +244,10 @@ class BatchedCalls:
         if released:
             self._changed()  # the releases go out with a batch now
         return taken
+
+    def _store_faulted(self) -> None:
+        """The store met a fault that may have lost writes (called on its thread)."""
+        self._ahead_faulted = True
 
     def _release_ahead(self) -> None:
         """Put the requests leased ahead back in their places (with the next batch)."""

@@ -125,8 +125,11 @@ class Scheduler(Finishes, Waiting, BatchedCalls, WorkerWatch):
         self._queued = self._leased = 0  # counts read by the latest batch
         self._counts_known = False  # until a batch (or a *_nowait call) reads them
         self._counts_read = 0  # times the counts were read on the loop's thread
-        # Requests leased ahead, with when (see _take_ahead).
+        # Requests leased ahead, with when (see _take_ahead); True once the
+        # store met a fault that may have lost their leases (its thread sets it).
         self._ahead: deque[tuple[Request, float]] = deque()
+        self._ahead_faulted = False
+        frontier._on_store_fault(self._store_faulted)
         if frontier.durable or frontier.shared:
             # Counts are read by the store thread's first batch, not here: the
             # constructor runs on the event loop, which a store call would

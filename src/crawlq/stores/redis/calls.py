@@ -111,6 +111,9 @@ class FunctionCalls:
         _waiting_hosts: set[bytes]
         _want: int
 
+    # Faults met (see `WorkerCounts._faulted`); their number as the call began.
+    _faults = _call_faults = 0
+
     def _new_owner(self) -> None:
         host = "".join(c for c in socket.gethostname() if c.isalnum() or c in ".-")[:40]
         self._owner = f"{host or 'host'}/{os.getpid()}/{secrets.token_hex(3)}".encode()
@@ -155,6 +158,7 @@ class FunctionCalls:
         """What every call of this store's functions checks first: a fork, evictions."""
         # (The last call's answer, see _take: any call replaces it.)
         self._short_pop, self._short_wait, self._short_ready = False, False, None
+        self._call_faults = self._faults  # (see _answered)
         if os.getpid() != self._pid:
             # A forked copy: the parent owns the prefetched leases.
             self._new_owner()
@@ -250,11 +254,20 @@ class FunctionCalls:
                     self._lost = self._calls
             raise
         if prefix is None:
-            self._suspect = False
-            self._lost = None
+            self._answered(buffered, reply[1])
             if reply[1] or len(reply) > 2:
                 self._take(reply, started)
         return reply
+
+    def _answered(self, buffered: bool, returned: int) -> None:
+        """Note a call answered; ``returned``: its reply's give-back flag (see `_take`).
+
+        A fault the call met (retried, then answered) leaves the requests
+        held before it suspect (see `WorkerCounts._faulted`) unless the
+        reply gave them back.
+        """
+        self._suspect = buffered and self._faults != self._call_faults and returned % 4 != 1
+        self._lost = None
 
     def _links_start(
         self, flags: int, header: Sequence[Any], tail: list[bytes], refill: int, send: bool
@@ -317,8 +330,7 @@ class FunctionCalls:
             if self._lost is None:
                 self._lost = self._calls
             raise
-        self._suspect = False
-        self._lost = None
+        self._answered(buffered, 0 if isinstance(reply, bytes) else reply[1])
         if isinstance(reply, bytes):
             return reply
         # The prefetched requests went back (or were topped up): see _take.

@@ -129,6 +129,9 @@ class WorkerCounts:
         _prefix: bytes
         _link: Link
         _fault_listeners: list[Callable[[], None]]
+        _buffer: deque[tuple[Request, bytes]]
+        _suspect: bool
+        _faults: int
 
     def recent_seen(self) -> RecentlySeen | None:
         """The fingerprints the frontier may refuse without a call (see ``crawlq._recent``).
@@ -156,6 +159,11 @@ class WorkerCounts:
         self._fault_listeners.append(forget)
 
     def _faulted(self) -> None:
+        self._faults += 1
+        if self._buffer:
+            # Their leases may be gone with the server's last writes, their
+            # requests queued for other workers: given back, not served.
+            self._suspect = True
         for forget in self._fault_listeners:
             forget()
 

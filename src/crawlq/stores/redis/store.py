@@ -430,14 +430,14 @@ class RedisStore(FunctionCalls, Finishing, LeanAdds, WorkerCounts, RedisControls
         )
 
     def next_ready_in(self) -> float | None:
-        if self._buffer and not self._stale():
-            return 0.0
+        if self._buffer and not self._expired():
+            return 0.0  # (held past their hold, a pop leases them afresh)
         answered, wait = self._answered_wait()  # for pops said to follow (see _take)
         if answered:
             return wait
         # A host at its concurrency limit must not wait on acks held here.
         self.flush()
-        if self._buffer and not self._stale():
+        if self._buffer and not self._expired():
             return 0.0  # (the acks' call leased it)
         wait = self._read(b"wait")
         return None if wait < 0 else wait / 1_000_000

@@ -147,8 +147,8 @@ class ShardMerge:
         now = time.monotonic()
         soonest: float | None = None
         for k, shard in enumerate(self._shards):
-            if shard._buffer and not shard._stale():
-                return 0.0
+            if shard._buffer and not shard._expired():
+                return 0.0  # (held past their hold, a peek leases them afresh)
             if self._due[k] <= now:
                 self._asked_empty(k, now)
             if self._idle[k]:

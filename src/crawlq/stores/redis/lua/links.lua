@@ -64,7 +64,8 @@ local function add_links(keys, args)
     struct.unpack('>BI4I4BI4I4ddI4', args[3])
   hosts, n_accepted, n_popped, n_released, n_expired, n_refetched, n_revisits =
     {}, 0, 0, 0, 0, 0, 0
-  NUMBER, NBUF, TOPUP, HOLD_MS = nil, 0, 0, 0 -- (ended, freed: no lease ends here but in conclude)
+  -- (ended, freed: no lease ends here but in conclude)
+  NUMBER, NBUF, TOPUP, HOLD_MS = nil, 0, 0, 0
   local numbered, offsets, dues = flags % 4 >= 2, nil, nil
   local at = 5
   if numbered then
