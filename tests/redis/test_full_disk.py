@@ -24,6 +24,7 @@ import redis
 
 import crawlq
 from crawlq import Request
+from tests.redis_cluster import RedisCluster
 from tests.redis_server import RedisServer
 from tests.small_disk import Disk, mounted_disk
 
@@ -175,3 +176,59 @@ def test_opening_a_crawl_on_a_full_disk_raises_store_full(
     make_room(server, disk)
     with when_room(lambda: crawlq.open_frontier(url, retry_timeout=RETRY)) as frontier:
         assert frontier.stats().queued >= 2
+
+
+def test_on_a_cluster_one_primarys_full_disk_refuses_its_writes_and_loses_nothing(
+    tmp_path: Path,
+) -> None:
+    # Three primaries, one of them keeping an append-only file (everysec) on
+    # a disk that fills: writes to its shards are refused with StoreFull; a
+    # batch over every shard raises, and once there is room the same batch
+    # again stores what it had not (what it had is refused as a duplicate).
+    # Every request offered is then handed out exactly once.
+    with mounted_disk(tmp_path / "disk", size="24m") as disk:
+        cluster = RedisCluster(disk.path / "cluster", primaries=3)
+        cluster.start()
+        try:
+            port = cluster.primary_ports()[1]
+            node = redis.Redis(port=port)
+            node.config_set("appendfsync", "everysec")
+            node.config_set("appendonly", "yes")
+            deadline = time.monotonic() + 10
+            while node.info("persistence")["aof_rewrite_in_progress"]:
+                assert time.monotonic() < deadline, "the append-only file was never written"
+                time.sleep(0.05)
+            node.close()
+            url = cluster.url("full")
+            offered = [f"https://h{n}.test/" for n in range(48)]  # on every shard
+            with crawlq.open_frontier(url, retry_timeout=RETRY, host_delay=0.0) as frontier:
+                assert frontier.add_many(offered) == [True] * 48
+                disk.fill()
+                for n in range(20):
+                    batch = [
+                        Request(f"https://h{h}.test/big/{n}", meta={"pad": BIG}) for h in range(48)
+                    ]
+                    offered += [request.url for request in batch]
+                    try:
+                        frontier.add_many(batch)
+                    except crawlq.StoreFull as exc:
+                        error = exc
+                        break
+                else:
+                    raise AssertionError("no add was refused on a full disk")
+                message = str(error)
+                assert "cannot write to its disk" in message and f":{port}" in message, message
+
+                disk.free()  # the append-only file is written again by itself
+                when_room(lambda: frontier.add_many(batch))
+                drained: list[str] = []
+                while (request := frontier.pop()) is not None:
+                    drained.append(request.url)
+                    frontier.ack(request)
+                frontier.flush()
+                stats = frontier.stats()
+            assert len(drained) == len(set(drained)), "a request handed out twice"
+            assert set(drained) == set(offered)
+            assert (stats.queued, stats.leased, stats.seen) == (0, 0, len(offered))
+        finally:
+            cluster.stop()
