@@ -100,6 +100,16 @@ def when_room(call: Callable[[], T], seconds: float = 15.0) -> T:
             time.sleep(0.1)
 
 
+def drain(frontier: crawlq.Frontier) -> list[str]:
+    """Pop and ack until nothing is ready; the URLs handed out, in order."""
+    drained: list[str] = []
+    while (request := frontier.pop()) is not None:
+        drained.append(request.url)
+        frontier.ack(request)
+    frontier.flush()
+    return drained
+
+
 def test_a_full_disk_refuses_every_change_with_store_full_and_loses_nothing(
     full_server: tuple[RedisServer, Disk],
 ) -> None:
@@ -142,11 +152,7 @@ def test_a_full_disk_refuses_every_change_with_store_full_and_loses_nothing(
         accepted += [link.url for link in links]
         frontier.flush()
         frontier.ack(held[3])
-        drained: list[str] = []
-        while (request := frontier.pop()) is not None:
-            drained.append(request.url)
-            frontier.ack(request)
-        frontier.flush()
+        drained = drain(frontier)
         stats = frontier.stats()
     assert sorted(drained + [r.url for r in held if r is not None]) == sorted(accepted)
     assert (stats.queued, stats.leased, stats.seen) == (0, 0, len(accepted))
@@ -221,11 +227,7 @@ def test_on_a_cluster_one_primarys_full_disk_refuses_its_writes_and_loses_nothin
 
                 disk.free()  # the append-only file is written again by itself
                 when_room(lambda: frontier.add_many(batch))
-                drained: list[str] = []
-                while (request := frontier.pop()) is not None:
-                    drained.append(request.url)
-                    frontier.ack(request)
-                frontier.flush()
+                drained = drain(frontier)
                 stats = frontier.stats()
             assert len(drained) == len(set(drained)), "a request handed out twice"
             assert set(drained) == set(offered)
