@@ -15,6 +15,7 @@ It reuses the Scrapy tests' site and crawl runner (``tests/scrapy``).
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import sqlite3
 import subprocess
@@ -45,10 +46,20 @@ from tests.scrapy.test_crawl import assert_finished
 __all__ = ["StartsSpider", "served", "site"]
 
 KILLS = 2
+#: Start requests the first crawl yields before it waits (see `StartsSpider`).
+PAUSE_AT = 500
 
 
 class StartsSpider(SiteSpider):
-    """`SiteSpider` whose start requests are every URL listed in the file ``starts``."""
+    """`SiteSpider` whose start requests are every URL listed in the file ``starts``.
+
+    After the first ``PAUSE_AT`` of them it waits for the file ``go`` (next
+    to ``starts``) before it yields the rest, as a spider reading its start
+    URLs from a slow source would: a crawl killed before ``go`` exists is
+    killed mid-start, whatever the machine's speed (on a fast one, every
+    start request could otherwise be stored before the first look at the
+    job saw any).
+    """
 
     name = "starts"
 
@@ -57,7 +68,10 @@ class StartsSpider(SiteSpider):
         self.starts = starts
 
     async def start(self) -> Any:
-        for url in Path(self.starts).read_text().split():
+        go = Path(self.starts).with_name("go")
+        for n, url in enumerate(Path(self.starts).read_text().split()):
+            while n == PAUSE_AT and not go.exists():
+                await asyncio.sleep(0.01)
             yield scrapy.Request(url, callback=self.parse)
 
 
@@ -120,6 +134,7 @@ def test_kill_9_while_start_requests_are_enqueued_and_right_after_resuming(
     stored = job_requests(database)
     first = site.fetches()
     assert stored < len(pages), f"all {stored} start requests were stored before the kill"
+    (crawl.starts.parent / "go").touch()  # the resumed crawls yield every start request
 
     kill_when(crawl, lambda: site.total() > first.total(), "its first fetch after resuming")
     second = site.fetches() - first
