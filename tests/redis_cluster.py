@@ -179,7 +179,15 @@ class RedisCluster:
             if all(b"cluster_state:ok" in info and known in info for info in infos):
                 return
             time.sleep(0.05)
-        raise RuntimeError("the Redis Cluster did not reach cluster_state:ok in time")
+        states = {
+            s.port: [
+                line
+                for line in _command(s.port, "CLUSTER", "INFO").decode(errors="replace").split()
+                if line.startswith(("cluster_state:", "cluster_known_nodes:"))
+            ]
+            for s in running
+        }
+        raise RuntimeError(f"the Redis Cluster did not reach cluster_state:ok in time: {states}")
 
     def primary_ports(self) -> list[int]:
         """Ports of the nodes that are primaries now (asked of each running node)."""
@@ -390,11 +398,31 @@ def fail_over(cluster: RedisCluster, how: str) -> None:
     cluster.wait_until(lambda: port in cluster.replica_ports(), "it is back as a replica")
 
 
+def started_cluster(directory: Path, primaries: int = 3, replicas: int = 0) -> RedisCluster:
+    """A started `RedisCluster` in ``directory``; a second try, on fresh ports, if the first fails.
+
+    Creating a cluster of real nodes on a busy machine once did not reach
+    ``cluster_state:ok`` in 30 s (a node's port or bus port taken between
+    its pick and its start is one way): that is the test machine, not what
+    a test checks, so it gets one more try before the test fails with both
+    errors.
+    """
+    errors: list[str] = []
+    for attempt in range(2):
+        cluster = RedisCluster(directory / f"try-{attempt}", primaries, replicas)
+        try:
+            cluster.start()
+        except RuntimeError as exc:  # (start stopped every node it started)
+            errors.append(str(exc))
+            continue
+        return cluster
+    raise RuntimeError(f"a Redis Cluster did not start, twice: {errors}")
+
+
 @pytest.fixture(scope="session")
 def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
     """One Redis Cluster of 3 primaries (no replicas) for the whole test session."""
-    cluster = RedisCluster(tmp_path_factory.mktemp("redis-cluster"))
-    cluster.start()
+    cluster = started_cluster(tmp_path_factory.mktemp("redis-cluster"))
     try:
         yield cluster
     finally:
@@ -416,9 +444,8 @@ def redis_clusters(tmp_path: Path) -> Iterator[StartCluster]:
     started: list[RedisCluster] = []
 
     def start(primaries: int = 3, replicas: int = 0) -> RedisCluster:
-        cluster = RedisCluster(tmp_path / f"cluster-{len(started)}", primaries, replicas)
+        cluster = started_cluster(tmp_path / f"cluster-{len(started)}", primaries, replicas)
         started.append(cluster)
-        cluster.start()
         return cluster
 
     yield start

@@ -24,7 +24,7 @@ import redis
 
 import crawlq
 from crawlq import Request
-from tests.redis_cluster import RedisCluster
+from tests.redis_cluster import started_cluster
 from tests.redis_server import RedisServer
 from tests.small_disk import Disk, mounted_disk
 
@@ -193,8 +193,7 @@ def test_on_a_cluster_one_primarys_full_disk_refuses_its_writes_and_loses_nothin
     # again stores what it had not (what it had is refused as a duplicate).
     # Every request offered is then handed out exactly once.
     with mounted_disk(tmp_path / "disk", size="24m") as disk:
-        cluster = RedisCluster(disk.path / "cluster", primaries=3)
-        cluster.start()
+        cluster = started_cluster(disk.path / "cluster", primaries=3)
         try:
             port = cluster.primary_ports()[1]
             node = redis.Redis(port=port)
