@@ -166,12 +166,8 @@ class BatchedCalls:
         getters = self._getters
         # Popped before this, a request's lease may have ended (see below).
         oldest = time.monotonic() - self._frontier.policy.lease_timeout / 2
-        stale = self._ahead_faulted and bool(self._ahead)
-        if self._ahead_faulted:
-            # The store met a fault since they were leased (see _take_ahead);
-            # this batch's own leases came after it.
-            self._ahead_faulted = False
-            self._release_ahead()
+        # (This batch's own leases came after any fault its call met.)
+        stale = self._release_faulted_ahead()
         for request, leased_at in zip(out.popped, out.popped_at, strict=True):
             if leased_at < oldest:
                 # A later pop of the batch waited out an outage (a failover):
@@ -220,11 +216,7 @@ class BatchedCalls:
         ahead = self._ahead
         if not ahead:
             return None
-        if self._ahead_faulted:
-            # Their leases may be gone with the server's last writes, their
-            # requests queued for other workers: back, not out.
-            self._ahead_faulted = False
-            self._release_ahead()
+        if self._release_faulted_ahead():
             self._changed()
             return None
         policy = self._frontier.policy
@@ -244,6 +236,19 @@ class BatchedCalls:
         if released:
             self._changed()  # the releases go out with a batch now
         return taken
+
+    def _release_faulted_ahead(self) -> bool:
+        """After a store fault, put the requests leased ahead back; whether there were any.
+
+        Their leases may be gone with the server's last writes, their
+        requests queued for other workers: back, not out.
+        """
+        if not self._ahead_faulted:
+            return False
+        self._ahead_faulted = False
+        released = bool(self._ahead)
+        self._release_ahead()
+        return released
 
     def _store_faulted(self) -> None:
         """The store met a fault that may have lost writes (called on its thread)."""

@@ -455,11 +455,8 @@ class FunctionCalls:
         after its host's last hand-out, in any worker (the asyncio
         `Scheduler` may keep it the other half).
         """
-        now = time.monotonic()
-        return (
-            self._suspect
-            or now - self._fetched_at > self._lease_timeout / 2
-            or (self._hold_limit > 0 and now - self._replied_at > self._hold_limit)
+        return self._expired() or (
+            self._hold_limit > 0 and time.monotonic() - self._replied_at > self._hold_limit
         )
 
     def _expired(self) -> bool:
